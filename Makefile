@@ -1,0 +1,49 @@
+# gpuroute — build, test and demo targets. `make` alone lists them.
+
+GO        ?= go
+WASM      := build/gpuroute.wasm
+FUZZTIME  ?= 30s
+BENCHTIME ?= 1s
+# Test timeout for the default run: CI has 2 cores and must finish well under 10 minutes.
+TESTTIMEOUT ?= 8m
+
+.DEFAULT_GOAL := help
+.PHONY: help wasm test demo bench fuzz lint clean
+
+help: ## list targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+wasm: $(WASM) ## build the plugin module (build/gpuroute.wasm)
+
+# Always rebuilt through go's own cache: it knows the dependency graph better than make.
+$(WASM): FORCE
+	@mkdir -p build
+	GOOS=wasip1 GOARCH=wasm $(GO) build -buildmode=c-shared -trimpath -o $@ ./plugin
+
+.PHONY: FORCE
+FORCE:
+
+test: wasm ## build the module, then run every test (both legs, fuzz seeds)
+	GPUROUTE_WASM=$(CURDIR)/$(WASM) $(GO) test -count=1 -timeout $(TESTTIMEOUT) ./...
+
+demo: wasm ## build the module and run the demo scenario in hostsim
+	$(GO) run ./hostsim/cmd/gpuroute-sim --wasm $(WASM)
+
+bench: wasm ## run benchmarks (opt-in; not part of make test)
+	GPUROUTE_WASM=$(CURDIR)/$(WASM) $(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
+
+fuzz: ## run every fuzz target for FUZZTIME each (opt-in)
+	@set -e; for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; \
+	done
+
+lint: ## gofmt, go vet (native and wasip1), the wasip1 build of scoring and plugin
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet ./...
+	GOOS=wasip1 GOARCH=wasm $(GO) vet ./scoring/... ./plugin/...
+	GOOS=wasip1 GOARCH=wasm $(GO) build ./scoring/...
+
+clean: ## remove build outputs
+	rm -rf build
