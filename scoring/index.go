@@ -1,0 +1,430 @@
+package scoring
+
+import (
+	"encoding"
+	"encoding/binary"
+	"errors"
+	"math/bits"
+	"strconv"
+)
+
+// PrefixIndex remembers which replica holds which prefix blocks, from the
+// router's own history: after dispatching a request, Record its chain for
+// the chosen replica; before the next decision, Lookup gives each replica's
+// longest cached chain in tokens (k in the ETTFT rule).
+//
+// Chains make it small: block i's hash covers blocks 0..i, so holding
+// block i implies holding the blocks before it. The index therefore stores
+// only checkpoints (every Stride-th block and each recorded chain's last
+// block) as 32-bit truncated hashes, and finds the longest held checkpoint
+// per replica by binary search. An entry is 10 bytes encoded; the default
+// 4096 entries encode in about 40 KB, small enough for proxy-wasm shared
+// data, which copies the value on every read.
+//
+// Bounds: each replica holds at most its KV capacity in checkpoints (set
+// with SetCapacityTokens), and the whole table at most its entry budget;
+// beyond either, the least recently recorded entries go (in batches of
+// about an eighth of the recency range, so eviction is amortized O(1)).
+//
+// Not safe for concurrent use. The zero value is not ready; use
+// NewPrefixIndex or UnmarshalBinary.
+type PrefixIndex struct {
+	cfg     IndexConfig
+	mask    uint32
+	slots   []indexEntry
+	scratch []indexEntry // rebuild buffer, same size as slots
+	used    int          // live entries
+	dead    int          // tombstones
+	clock   uint32
+	count   []int32 // live entries per replica
+	capN    []int32 // checkpoint budget per replica (0: table budget only)
+}
+
+// IndexConfig sizes a PrefixIndex.
+type IndexConfig struct {
+	// BlockChars is the characters per block, as in PrefixHasher (default
+	// DefaultBlockChars). It converts blocks to tokens.
+	BlockChars int
+	// Stride records every Stride-th block as a checkpoint (default 4: a
+	// lookup resolves to 4 blocks, ~64 tokens, below one KV page of most
+	// prompts' variability, at a quarter of the entries).
+	Stride int
+	// MaxEntries bounds the live entries (default 4096, at most 65536; the
+	// table is a power of two at most 3/4 full).
+	MaxEntries int
+	// MaxReplicas bounds replica indexes (default 256, at most 65534).
+	MaxReplicas int
+}
+
+type indexEntry struct {
+	hash  uint32
+	stamp uint32
+	rep   uint16 // replica + 1; 0 empty; tombRep tombstone
+}
+
+const (
+	tombRep = 0xFFFF
+	// indexVersion is the first byte of the binary encoding.
+	indexVersion = 1
+	// indexHeaderLen: version u8, stride u8, tableLog2 u8, pad u8,
+	// blockChars u16, maxReplicas u16, maxEntries u32, clock u32, caps
+	// follow (u32 per replica), then count u32 and the entries.
+	indexHeaderLen = 16
+	indexEntryLen  = 10
+)
+
+var (
+	_ encoding.BinaryAppender    = (*PrefixIndex)(nil)
+	_ encoding.BinaryUnmarshaler = (*PrefixIndex)(nil)
+	_ encoding.BinaryMarshaler   = (*PrefixIndex)(nil)
+)
+
+func (c *IndexConfig) normalize() {
+	if c.BlockChars <= 0 {
+		c.BlockChars = DefaultBlockChars
+	}
+	c.BlockChars = min(c.BlockChars, MaxBlockChars)
+	if c.Stride <= 0 {
+		c.Stride = 4
+	}
+	c.Stride = min(c.Stride, 255)
+	if c.MaxEntries <= 0 {
+		c.MaxEntries = 4096
+	}
+	c.MaxEntries = min(max(c.MaxEntries, 16), 1<<16)
+	if c.MaxReplicas <= 0 {
+		c.MaxReplicas = 256
+	}
+	c.MaxReplicas = min(c.MaxReplicas, tombRep-1)
+}
+
+// NewPrefixIndex returns an empty index sized by cfg (zero fields take
+// their defaults).
+func NewPrefixIndex(cfg IndexConfig) *PrefixIndex {
+	x := &PrefixIndex{}
+	x.init(cfg)
+	return x
+}
+
+func (x *PrefixIndex) init(cfg IndexConfig) {
+	cfg.normalize()
+	// Table size: power of two with load ≤ 3/4 at MaxEntries.
+	size := 1 << bits.Len(uint(cfg.MaxEntries*4/3))
+	if x.cfg == cfg && len(x.slots) == size {
+		x.Clear()
+		return
+	}
+	x.cfg = cfg
+	x.mask = uint32(size - 1)
+	x.slots = make([]indexEntry, size)
+	x.scratch = make([]indexEntry, size)
+	x.count = make([]int32, cfg.MaxReplicas)
+	x.capN = make([]int32, cfg.MaxReplicas)
+	x.used, x.dead, x.clock = 0, 0, 0
+}
+
+// Config returns the index's normalized configuration.
+func (x *PrefixIndex) Config() IndexConfig { return x.cfg }
+
+// Len returns the number of live checkpoint entries.
+func (x *PrefixIndex) Len() int { return x.used }
+
+// Clear forgets every entry (keeps capacities).
+func (x *PrefixIndex) Clear() {
+	clear(x.slots)
+	clear(x.count)
+	x.used, x.dead, x.clock = 0, 0, 0
+}
+
+// Forget drops every entry of replica (it restarted, or left the fleet).
+func (x *PrefixIndex) Forget(replica int) {
+	if replica < 0 || replica >= len(x.count) {
+		return
+	}
+	rep := uint16(replica + 1)
+	for i := range x.slots {
+		if x.slots[i].rep == rep {
+			x.slots[i].rep = tombRep
+			x.used--
+			x.dead++
+		}
+	}
+	x.count[replica] = 0
+}
+
+// SetCapacityTokens bounds replica's entries by its KV cache size: a
+// replica cannot hold more prefix than kvTokens. 0 removes the bound.
+func (x *PrefixIndex) SetCapacityTokens(replica, kvTokens int) {
+	if replica < 0 || replica >= len(x.capN) {
+		return
+	}
+	blockTokens := max(x.cfg.BlockChars/CharsPerToken, 1)
+	x.capN[replica] = int32(min(max(kvTokens, 0)/blockTokens/x.cfg.Stride, 1<<30))
+}
+
+func (x *PrefixIndex) slotOf(h uint32, rep uint16) uint32 {
+	return (h ^ uint32(rep)*0x9e3779b1) & x.mask
+}
+
+// find returns the slot holding (h, rep), or -1.
+func (x *PrefixIndex) find(h uint32, rep uint16) int {
+	i := x.slotOf(h, rep)
+	for probes := uint32(0); probes <= x.mask; probes++ {
+		e := &x.slots[i]
+		if e.rep == 0 {
+			return -1
+		}
+		if e.rep == rep && e.hash == h {
+			return int(i)
+		}
+		i = (i + 1) & x.mask
+	}
+	return -1
+}
+
+func (x *PrefixIndex) isCheckpoint(pos, n int) bool {
+	return (pos+1)%x.cfg.Stride == 0 || pos == n-1
+}
+
+// Record notes that replica now holds chain (every block of it): the
+// router just dispatched the request there. Re-recording refreshes recency.
+func (x *PrefixIndex) Record(replica int, chain []uint64) {
+	if replica < 0 || replica >= len(x.count) || len(chain) == 0 {
+		return
+	}
+	x.clock++
+	rep := uint16(replica + 1)
+	for pos := range chain {
+		if !x.isCheckpoint(pos, len(chain)) {
+			continue
+		}
+		h := uint32(chain[pos] >> 32)
+		if i := x.find(h, rep); i >= 0 {
+			x.slots[i].stamp = x.clock
+			continue
+		}
+		if c := x.capN[replica]; c > 0 && x.count[replica] >= c {
+			x.evict(replica)
+		}
+		if x.used >= x.cfg.MaxEntries {
+			x.evict(-1)
+		}
+		if x.used+x.dead >= int(x.mask+1)*7/8 {
+			x.rebuild()
+		}
+		x.insert(indexEntry{hash: h, stamp: x.clock, rep: rep})
+	}
+}
+
+func (x *PrefixIndex) insert(e indexEntry) {
+	i := x.slotOf(e.hash, e.rep)
+	for x.slots[i].rep != 0 && x.slots[i].rep != tombRep {
+		i = (i + 1) & x.mask
+	}
+	if x.slots[i].rep == tombRep {
+		x.dead--
+	}
+	x.slots[i] = e
+	x.used++
+	x.count[e.rep-1]++
+}
+
+// evict removes the oldest entries of replica (or of all replicas when
+// replica < 0): those in the oldest eighth of the recency range, at least
+// one. Stamps are compared relative to the clock, so wrap-around is safe.
+func (x *PrefixIndex) evict(replica int) {
+	var oldest, newest uint32 // ages: clock - stamp
+	found := false
+	want := uint16(replica + 1)
+	for i := range x.slots {
+		e := &x.slots[i]
+		if e.rep == 0 || e.rep == tombRep || (replica >= 0 && e.rep != want) {
+			continue
+		}
+		age := x.clock - e.stamp
+		if !found {
+			oldest, newest, found = age, age, true
+		}
+		oldest, newest = max(oldest, age), min(newest, age)
+	}
+	if !found {
+		return
+	}
+	cut := oldest - (oldest-newest)/8
+	for i := range x.slots {
+		e := &x.slots[i]
+		if e.rep == 0 || e.rep == tombRep || (replica >= 0 && e.rep != want) {
+			continue
+		}
+		if x.clock-e.stamp >= cut {
+			x.count[e.rep-1]--
+			e.rep = tombRep
+			x.used--
+			x.dead++
+		}
+	}
+}
+
+// rebuild reinserts live entries to drop tombstones.
+func (x *PrefixIndex) rebuild() {
+	copy(x.scratch, x.slots)
+	clear(x.slots)
+	clear(x.count)
+	x.used, x.dead = 0, 0
+	for i := range x.scratch {
+		if e := x.scratch[i]; e.rep != 0 && e.rep != tombRep {
+			x.insert(e)
+		}
+	}
+}
+
+func (x *PrefixIndex) has(chain []uint64, pos int, rep uint16) bool {
+	return x.find(uint32(chain[pos]>>32), rep) >= 0
+}
+
+// Lookup writes to out[i] the tokens of chain believed cached on replica i
+// (the longest held prefix, in blocks × BlockChars / CharsPerToken), for
+// every i < len(out). It does not change the index (recency moves only on
+// Record) and allocates nothing.
+func (x *PrefixIndex) Lookup(chain []uint64, out []int) {
+	clear(out)
+	n := len(chain)
+	if n == 0 || x.used == 0 {
+		return
+	}
+	s := x.cfg.Stride
+	blockTokens := x.cfg.BlockChars / CharsPerToken
+	nck := n / s // checkpoints at positions s-1, 2s-1, ...
+	for r := range out {
+		if r >= len(x.count) || x.count[r] == 0 {
+			continue
+		}
+		rep := uint16(r + 1)
+		// Binary search the largest checkpoint held (chains are
+		// prefix-closed: holding checkpoint j implies the earlier ones).
+		lo, hi := 0, nck // answer in [lo, hi] checkpoints held
+		for lo < hi {
+			mid := (lo + hi + 1) / 2
+			if x.has(chain, mid*s-1, rep) {
+				lo = mid
+			} else {
+				hi = mid - 1
+			}
+		}
+		blocks := lo * s
+		// A recorded chain's last block is a checkpoint too: look for one
+		// between this checkpoint and the next.
+		for pos := min(blocks+s-1, n) - 1; pos >= blocks; pos-- {
+			if x.has(chain, pos, rep) {
+				blocks = pos + 1
+				break
+			}
+		}
+		out[r] = blocks * blockTokens
+	}
+}
+
+// MarshalBinary returns the index's compact encoding (see AppendBinary).
+func (x *PrefixIndex) MarshalBinary() ([]byte, error) {
+	return x.AppendBinary(make([]byte, 0, x.EncodedLen()))
+}
+
+// EncodedLen returns the length of the binary encoding.
+func (x *PrefixIndex) EncodedLen() int {
+	return indexHeaderLen + 4*len(x.capN) + 4 + indexEntryLen*x.used
+}
+
+// AppendBinary appends the versioned little-endian encoding: a 16-byte
+// header (version, stride, table size, block size, replica and entry
+// bounds, clock), the per-replica budgets, then the live entries (32-bit
+// hash, replica, recency stamp). Table layout is not encoded: decoding
+// reinserts, so the encoding is independent of insertion history.
+func (x *PrefixIndex) AppendBinary(b []byte) ([]byte, error) {
+	b = append(b, indexVersion, byte(x.cfg.Stride), byte(bits.Len32(x.mask)), 0)
+	b = binary.LittleEndian.AppendUint16(b, uint16(x.cfg.BlockChars))
+	b = binary.LittleEndian.AppendUint16(b, uint16(x.cfg.MaxReplicas))
+	b = binary.LittleEndian.AppendUint32(b, uint32(x.cfg.MaxEntries))
+	b = binary.LittleEndian.AppendUint32(b, x.clock)
+	for _, c := range x.capN {
+		b = binary.LittleEndian.AppendUint32(b, uint32(c))
+	}
+	b = binary.LittleEndian.AppendUint32(b, uint32(x.used))
+	for i := range x.slots {
+		e := &x.slots[i]
+		if e.rep == 0 || e.rep == tombRep {
+			continue
+		}
+		b = binary.LittleEndian.AppendUint32(b, e.hash)
+		b = binary.LittleEndian.AppendUint16(b, e.rep-1)
+		b = binary.LittleEndian.AppendUint32(b, e.stamp)
+	}
+	return b, nil
+}
+
+// UnmarshalBinary replaces the index with the one encoded in b, reusing
+// memory when the configuration matches. On error the index is left empty.
+func (x *PrefixIndex) UnmarshalBinary(b []byte) error {
+	if err := x.decode(b); err != nil {
+		if x.slots == nil {
+			x.init(IndexConfig{})
+		}
+		x.Clear()
+		return err
+	}
+	return nil
+}
+
+func (x *PrefixIndex) decode(b []byte) error {
+	if len(b) < indexHeaderLen {
+		return errors.New("scoring: prefix index encoding too short: " + strconv.Itoa(len(b)) + " bytes")
+	}
+	if b[0] != indexVersion {
+		return errors.New("scoring: prefix index version must be " + strconv.Itoa(indexVersion) + ", got " + strconv.Itoa(int(b[0])))
+	}
+	cfg := IndexConfig{
+		Stride:      int(b[1]),
+		BlockChars:  int(binary.LittleEndian.Uint16(b[4:])),
+		MaxReplicas: int(binary.LittleEndian.Uint16(b[6:])),
+		MaxEntries:  int(binary.LittleEndian.Uint32(b[8:])),
+	}
+	norm := cfg
+	norm.normalize()
+	if norm != cfg {
+		return errors.New("scoring: prefix index header out of range: stride " + strconv.Itoa(cfg.Stride) +
+			", block_chars " + strconv.Itoa(cfg.BlockChars) + ", max_replicas " + strconv.Itoa(cfg.MaxReplicas) +
+			", max_entries " + strconv.Itoa(cfg.MaxEntries))
+	}
+	clock := binary.LittleEndian.Uint32(b[12:])
+	b = b[indexHeaderLen:]
+	if len(b) < 4*cfg.MaxReplicas+4 {
+		return errors.New("scoring: prefix index truncated in replica budgets: " + strconv.Itoa(len(b)) + " bytes left")
+	}
+	x.init(cfg)
+	for i := range x.capN {
+		x.capN[i] = int32(min(binary.LittleEndian.Uint32(b[4*i:]), 1<<30))
+	}
+	b = b[4*cfg.MaxReplicas:]
+	n := binary.LittleEndian.Uint32(b)
+	b = b[4:]
+	if uint64(n) > uint64(cfg.MaxEntries) || uint64(len(b)) != uint64(n)*indexEntryLen {
+		return errors.New("scoring: prefix index entry count " + strconv.FormatUint(uint64(n), 10) +
+			" does not match " + strconv.Itoa(len(b)) + " bytes (max " + strconv.Itoa(cfg.MaxEntries) + ")")
+	}
+	x.clock = clock
+	for ; len(b) >= indexEntryLen; b = b[indexEntryLen:] {
+		e := indexEntry{
+			hash:  binary.LittleEndian.Uint32(b),
+			stamp: binary.LittleEndian.Uint32(b[6:]),
+		}
+		r := binary.LittleEndian.Uint16(b[4:])
+		if int(r) >= cfg.MaxReplicas {
+			return errors.New("scoring: prefix index entry replica " + strconv.Itoa(int(r)) + " >= max_replicas " + strconv.Itoa(cfg.MaxReplicas))
+		}
+		e.rep = r + 1
+		if x.find(e.hash, e.rep) >= 0 {
+			return errors.New("scoring: prefix index duplicate entry for replica " + strconv.Itoa(int(r)))
+		}
+		x.insert(e)
+	}
+	return nil
+}

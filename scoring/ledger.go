@@ -1,0 +1,406 @@
+package scoring
+
+// Ledger is the router's own accounting between scrapes: the requests it
+// dispatched and has not seen finish (with their prefill tokens and a
+// remaining-output estimate that decays as tokens stream back), where it
+// recently sent each adapter, and what it learned about output lengths.
+//
+// Metrics lag: without a ledger, every decision made on one snapshot sees
+// the same idle replica and a burst lands on it. Pick counts a replica's
+// reported queue plus the ledger's work dispatched since that report.
+//
+// One Ledger per Envoy worker VM; it is not safe for concurrent use.
+// Replica numbers are indexes in the slice passed to Pick; when the fleet's
+// membership changes, call Reset. Create it with NewLedger; methods on a nil
+// *Ledger are no-ops so Pick works without one.
+type Ledger struct {
+	p       Params
+	flights []flight
+	free    []int32
+	reps    []repAcc
+	adapt   []adapterMem
+	est     []outputEst
+	mark    []uint64 // scratch bitset for Pick: replicas remembered to hold the adapter
+	// promptMean and outputMean are EWMAs over all dispatched prompts and
+	// completed outputs; 0 until the first sample.
+	promptMean float64
+	outputMean float64
+	// clock orders adapter-memory and estimator entries (logical, not wall time).
+	clock uint32
+}
+
+// Flight is a handle to one dispatched request, returned by Dispatch and
+// kept on the plugin's HTTP context. The zero Flight is invalid.
+type Flight uint64
+
+type flight struct {
+	gen        uint32
+	used       bool
+	first      bool // first token seen: prefill is done
+	replica    int32
+	dispatched int64 // nowNanos at dispatch
+	prefill    int64 // uncached prompt tokens still to prefill
+	maxTokens  int64 // 0: none given
+	expect     int64 // output estimate at dispatch
+	streamed   int64 // output tokens streamed back so far
+	remaining  int64 // current remaining-output estimate, as counted in reps
+	key        uint64
+}
+
+// repAcc aggregates the ledger's in-flight work per replica.
+type repAcc struct {
+	queuedN    int64 // dispatched, no first token yet
+	queuedTok  int64
+	decodeN    int64 // first token seen, still generating
+	decodeTok  int64 // remaining output estimates
+	unseenN    int64 // dispatched after the replica's snapshot was taken
+	unseenTok  int64 // their prompt tokens (KV not yet visible in KVUsage)
+	syncedSnap int64 // the ScrapedNanos unseen* refer to
+}
+
+type adapterMem struct {
+	adapter uint64
+	replica int32
+	until   int64
+}
+
+type outputEst struct {
+	key   uint64
+	mean  float64
+	n     uint32
+	stamp uint32
+}
+
+const (
+	ledgerAdapterSlots = 256
+	ledgerEstimators   = 64
+	// ewmaAlpha weighs a new sample; ~1/20 remembers the last few dozen
+	// requests, enough to follow a workload shift within seconds.
+	ewmaAlpha = 0.05
+)
+
+// NewLedger returns a ledger for up to maxReplicas replicas and maxInFlight
+// concurrent requests (Dispatch refuses more), using p's defaults.
+func NewLedger(p Params, maxReplicas, maxInFlight int) *Ledger {
+	maxReplicas = max(maxReplicas, 1)
+	maxInFlight = max(maxInFlight, 1)
+	l := &Ledger{
+		p:       p,
+		flights: make([]flight, maxInFlight),
+		free:    make([]int32, 0, maxInFlight),
+		reps:    make([]repAcc, maxReplicas),
+		adapt:   make([]adapterMem, 0, ledgerAdapterSlots),
+		est:     make([]outputEst, 0, ledgerEstimators),
+		mark:    make([]uint64, (maxReplicas+63)/64),
+	}
+	for i := maxInFlight - 1; i >= 0; i-- {
+		l.free = append(l.free, int32(i))
+	}
+	return l
+}
+
+// Reset forgets in-flight requests and adapter memory (keeps the learned
+// output estimates, which do not depend on replica numbering).
+func (l *Ledger) Reset() {
+	if l == nil {
+		return
+	}
+	l.free = l.free[:0]
+	for i := len(l.flights) - 1; i >= 0; i-- {
+		gen := l.flights[i].gen + 1
+		l.flights[i] = flight{gen: gen}
+		l.free = append(l.free, int32(i))
+	}
+	clear(l.reps)
+	l.adapt = l.adapt[:0]
+}
+
+// InFlight returns the number of in-flight requests the ledger tracks.
+func (l *Ledger) InFlight() int {
+	if l == nil {
+		return 0
+	}
+	return len(l.flights) - len(l.free)
+}
+
+// InFlightOn returns the number of in-flight requests on replica.
+func (l *Ledger) InFlightOn(replica int) int {
+	if l == nil || replica < 0 || replica >= len(l.reps) {
+		return 0
+	}
+	return int(l.reps[replica].queuedN + l.reps[replica].decodeN)
+}
+
+func outputKey(model, adapter string) uint64 {
+	return fmix(HashString(model) ^ bitsRot(HashString(adapter), 17))
+}
+
+// ExpectedOutput returns the output-length estimate for a new request:
+// max_tokens is the pessimistic bound; the learned mean for its model and
+// adapter replaces it when lower; with neither, Params.DefaultOutputTokens.
+func (l *Ledger) ExpectedOutput(req *Request) int64 {
+	learned := -1.0
+	def := int64(DefaultParams.DefaultOutputTokens)
+	if l != nil {
+		def = int64(l.p.DefaultOutputTokens)
+		key := outputKey(req.Model, req.Adapter)
+		for i := range l.est {
+			if l.est[i].key == key {
+				learned = l.est[i].mean
+				break
+			}
+		}
+	}
+	switch {
+	case learned >= 0 && (req.MaxTokens <= 0 || learned < float64(req.MaxTokens)):
+		return max(int64(learned+0.5), 1)
+	case req.MaxTokens > 0:
+		return int64(req.MaxTokens)
+	}
+	return def
+}
+
+// remainingOf returns the remaining-output estimate after streamed tokens:
+// the expectation minus what came back; once a request outlives its
+// expectation, half again what it produced so far (a long-running
+// generation tends to run longer), never beyond max_tokens.
+func remainingOf(f *flight) int64 {
+	if f.streamed < f.expect {
+		return f.expect - f.streamed
+	}
+	r := max(f.streamed/2, 1)
+	if f.maxTokens > 0 {
+		r = min(r, max(f.maxTokens-f.streamed, 0))
+	}
+	return r
+}
+
+// Dispatch records that req, with uncachedTokens left to prefill, was sent
+// to replica at nowNanos. It returns 0 if the ledger is full or the replica
+// out of range (the request is then simply not accounted).
+func (l *Ledger) Dispatch(replica int, req *Request, uncachedTokens int, nowNanos int64) Flight {
+	if l == nil || replica < 0 || replica >= len(l.reps) || len(l.free) == 0 {
+		return 0
+	}
+	slot := l.free[len(l.free)-1]
+	l.free = l.free[:len(l.free)-1]
+	f := &l.flights[slot]
+	gen := f.gen + 1
+	if gen == 0 {
+		gen = 1
+	}
+	*f = flight{
+		gen:        gen,
+		used:       true,
+		replica:    int32(replica),
+		dispatched: nowNanos,
+		prefill:    int64(max(uncachedTokens, 0)),
+		maxTokens:  int64(max(req.MaxTokens, 0)),
+		expect:     l.ExpectedOutput(req),
+		key:        outputKey(req.Model, req.Adapter),
+	}
+	f.remaining = remainingOf(f)
+	r := &l.reps[replica]
+	r.queuedN++
+	r.queuedTok += f.prefill
+	if nowNanos > r.syncedSnap {
+		r.unseenN++
+		r.unseenTok += f.prefill
+	}
+	l.promptMean = ewma(l.promptMean, float64(req.PromptTokens))
+	if req.Adapter != "" {
+		l.rememberAdapter(HashString(req.Adapter), int32(replica), nowNanos+int64(l.p.AdapterMemory))
+	}
+	return Flight(uint64(gen)<<32 | uint64(slot))
+}
+
+func ewma(m, x float64) float64 {
+	if m == 0 {
+		return x
+	}
+	return m + ewmaAlpha*(x-m)
+}
+
+func (l *Ledger) lookup(h Flight) *flight {
+	if l == nil || h == 0 {
+		return nil
+	}
+	slot := int(uint32(h))
+	if slot >= len(l.flights) {
+		return nil
+	}
+	f := &l.flights[slot]
+	if !f.used || f.gen != uint32(h>>32) {
+		return nil
+	}
+	return f
+}
+
+// FirstToken records that the request's first token came back: its prefill
+// work leaves the queue and its remaining output becomes decode work.
+func (l *Ledger) FirstToken(h Flight) {
+	f := l.lookup(h)
+	if f == nil || f.first {
+		return
+	}
+	r := &l.reps[f.replica]
+	r.queuedN--
+	r.queuedTok -= f.prefill
+	f.first = true
+	r.decodeN++
+	r.decodeTok += f.remaining
+}
+
+// Progress records tokens more output tokens streamed back (SSE chunks or
+// usage fields); the remaining estimate decays accordingly. It implies
+// FirstToken.
+func (l *Ledger) Progress(h Flight, tokens int) {
+	f := l.lookup(h)
+	if f == nil || tokens <= 0 {
+		return
+	}
+	if !f.first {
+		l.FirstToken(h)
+	}
+	f.streamed += int64(tokens)
+	old := f.remaining
+	f.remaining = remainingOf(f)
+	l.reps[f.replica].decodeTok += f.remaining - old
+}
+
+// Done records that the request finished with outputTokens tokens (learned
+// for its model and adapter) and forgets it. outputTokens < 0 means
+// unknown: nothing is learned.
+func (l *Ledger) Done(h Flight, outputTokens int) {
+	f := l.lookup(h)
+	if f == nil {
+		return
+	}
+	if outputTokens >= 0 {
+		l.learn(f.key, float64(outputTokens))
+	}
+	l.remove(f, int32(uint32(h)))
+}
+
+// Cancel forgets the request without learning from it (reset, error).
+func (l *Ledger) Cancel(h Flight) {
+	if f := l.lookup(h); f != nil {
+		l.remove(f, int32(uint32(h)))
+	}
+}
+
+// Sweep cancels requests dispatched before olderThanNanos (a lost
+// response callback must not count as load forever) and returns how many.
+func (l *Ledger) Sweep(olderThanNanos int64) int {
+	if l == nil {
+		return 0
+	}
+	n := 0
+	for i := range l.flights {
+		f := &l.flights[i]
+		if f.used && f.dispatched < olderThanNanos {
+			l.remove(f, int32(i))
+			n++
+		}
+	}
+	return n
+}
+
+func (l *Ledger) remove(f *flight, slot int32) {
+	r := &l.reps[f.replica]
+	if f.first {
+		r.decodeN--
+		r.decodeTok -= f.remaining
+	} else {
+		r.queuedN--
+		r.queuedTok -= f.prefill
+	}
+	if f.dispatched > r.syncedSnap {
+		r.unseenN--
+		r.unseenTok -= f.prefill
+	}
+	gen := f.gen
+	*f = flight{gen: gen}
+	l.free = append(l.free, slot)
+}
+
+func (l *Ledger) learn(key uint64, x float64) {
+	l.clock++
+	l.outputMean = ewma(l.outputMean, x)
+	oldest := -1
+	for i := range l.est {
+		e := &l.est[i]
+		if e.key == key {
+			// Plain mean for the first samples, then an EWMA.
+			e.n++
+			if e.n < 20 {
+				e.mean += (x - e.mean) / float64(e.n)
+			} else {
+				e.mean += ewmaAlpha * (x - e.mean)
+			}
+			e.stamp = l.clock
+			return
+		}
+		if oldest < 0 || e.stamp < l.est[oldest].stamp {
+			oldest = i
+		}
+	}
+	e := outputEst{key: key, mean: x, n: 1, stamp: l.clock}
+	if len(l.est) < cap(l.est) {
+		l.est = append(l.est, e)
+	} else if oldest >= 0 {
+		l.est[oldest] = e
+	}
+}
+
+func (l *Ledger) rememberAdapter(adapter uint64, replica int32, until int64) {
+	victim := -1
+	for i := range l.adapt {
+		a := &l.adapt[i]
+		if a.adapter == adapter && a.replica == replica {
+			a.until = until
+			return
+		}
+		if victim < 0 || a.until < l.adapt[victim].until {
+			victim = i
+		}
+	}
+	m := adapterMem{adapter: adapter, replica: replica, until: until}
+	if len(l.adapt) < cap(l.adapt) {
+		l.adapt = append(l.adapt, m)
+	} else if victim >= 0 {
+		l.adapt[victim] = m
+	}
+}
+
+// markAdapter fills l.mark with the replicas remembered to hold adapter at
+// nowNanos.
+func (l *Ledger) markAdapter(adapter uint64, nowNanos int64) {
+	clear(l.mark)
+	for i := range l.adapt {
+		a := &l.adapt[i]
+		if a.adapter == adapter && a.until > nowNanos && int(a.replica) < len(l.reps) {
+			l.mark[a.replica>>6] |= 1 << (uint(a.replica) & 63)
+		}
+	}
+}
+
+func (l *Ledger) marked(replica int) bool {
+	return replica>>6 < len(l.mark) && l.mark[replica>>6]&(1<<(uint(replica)&63)) != 0
+}
+
+// sync recomputes replica's unseen work against a new snapshot time: the
+// requests dispatched before the scrape are now in the reported counts.
+// Once per scrape per replica; O(in-flight).
+func (l *Ledger) sync(replica int, snapNanos int64) {
+	r := &l.reps[replica]
+	r.syncedSnap = snapNanos
+	r.unseenN, r.unseenTok = 0, 0
+	for i := range l.flights {
+		f := &l.flights[i]
+		if f.used && int(f.replica) == replica && f.dispatched > snapNanos {
+			r.unseenN++
+			r.unseenTok += f.prefill
+		}
+	}
+}

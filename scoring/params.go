@@ -1,0 +1,78 @@
+package scoring
+
+import (
+	"errors"
+	"strconv"
+	"time"
+)
+
+// Params are the decision's tunables. The zero value is invalid; start from
+// DefaultParams and check changes with Validate.
+type Params struct {
+	// StaleAfter is how old a replica's snapshot may be before its state is
+	// uncertain (default 2s: 40 scrape intervals of llm-d's 50 ms, several
+	// of a 250 ms plugin tick).
+	StaleAfter time.Duration
+	// StalePenaltySec is added to W of an uncertain replica (default 0.25s):
+	// it still gets work if it is clearly better, but is never taken for
+	// idle because nobody has heard from it.
+	StalePenaltySec float64
+	// AdapterMemory is how long the router counts an adapter it sent to a
+	// replica as resident (default 60s; vLLM only reports adapters with
+	// running or waiting requests, so a just-finished adapter disappears
+	// from metrics while still loaded).
+	AdapterMemory time.Duration
+	// AdapterToleranceSec is extra cost added to any adapter load, to
+	// favour residency beyond the raw load time (default 0: the pure rule).
+	AdapterToleranceSec float64
+	// TieEpsilonSec is how close two ETTFTs must be to count as a tie,
+	// broken by rendezvous hashing of the prefix (default 1 ms).
+	TieEpsilonSec float64
+	// HomeBlocks is how many leading blocks of the chain key the
+	// rendezvous tie-break (default 4: 256 characters at 64-char blocks,
+	// shorter than typical shared system prompts).
+	HomeBlocks int
+	// DefaultPromptTokens values a reported waiting request the router did
+	// not send (default 1000) before the Ledger has learned a mean.
+	DefaultPromptTokens int
+	// DefaultOutputTokens is the output estimate with neither max_tokens
+	// nor a learned mean (default 256).
+	DefaultOutputTokens int
+}
+
+// DefaultParams holds the documented defaults. Copy it before changing.
+var DefaultParams = Params{
+	StaleAfter:          2 * time.Second,
+	StalePenaltySec:     0.25,
+	AdapterMemory:       60 * time.Second,
+	AdapterToleranceSec: 0,
+	TieEpsilonSec:       0.001,
+	HomeBlocks:          4,
+	DefaultPromptTokens: 1000,
+	DefaultOutputTokens: 256,
+}
+
+// Validate reports the first parameter outside its range, quoting it.
+func (p *Params) Validate() error {
+	switch {
+	case p.StaleAfter <= 0:
+		return errors.New("scoring: stale_after must be > 0, got " + p.StaleAfter.String())
+	case !(p.StalePenaltySec >= 0) || p.StalePenaltySec > 3600:
+		return errors.New("scoring: stale_penalty_sec must be in [0, 3600], got " + ftoa(p.StalePenaltySec))
+	case p.AdapterMemory < 0:
+		return errors.New("scoring: adapter_memory must be >= 0, got " + p.AdapterMemory.String())
+	case !(p.AdapterToleranceSec >= 0) || p.AdapterToleranceSec > 3600:
+		return errors.New("scoring: adapter_tolerance_sec must be in [0, 3600], got " + ftoa(p.AdapterToleranceSec))
+	case !(p.TieEpsilonSec >= 0) || p.TieEpsilonSec > 10:
+		return errors.New("scoring: tie_epsilon_sec must be in [0, 10], got " + ftoa(p.TieEpsilonSec))
+	case p.HomeBlocks < 1:
+		return errors.New("scoring: home_blocks must be >= 1, got " + strconv.Itoa(p.HomeBlocks))
+	case p.DefaultPromptTokens < 1:
+		return errors.New("scoring: default_prompt_tokens must be >= 1, got " + strconv.Itoa(p.DefaultPromptTokens))
+	case p.DefaultOutputTokens < 1:
+		return errors.New("scoring: default_output_tokens must be >= 1, got " + strconv.Itoa(p.DefaultOutputTokens))
+	}
+	return nil
+}
+
+func ftoa(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }

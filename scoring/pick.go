@@ -1,0 +1,350 @@
+package scoring
+
+import "math"
+
+// Reason says why Pick chose what it chose.
+type Reason uint8
+
+// Reasons, as reported in Decision.Reason.
+const (
+	// ReasonNoReplica: no replica was eligible (all unhealthy, draining,
+	// or unable to hold the adapter); Decision.Index is -1.
+	ReasonNoReplica Reason = iota
+	// ReasonOnlyReplica: exactly one replica was eligible.
+	ReasonOnlyReplica
+	// ReasonLeastLoaded: the chosen replica had the least queued work.
+	ReasonLeastLoaded
+	// ReasonPrefixAffinity: a replica with less queued work existed, but the
+	// cached prefix here saved more prefill than the queue gap costs.
+	ReasonPrefixAffinity
+	// ReasonAdapterResident: a replica with less queued work existed, but
+	// it would have had to load the adapter.
+	ReasonAdapterResident
+	// ReasonFasterHardware: a replica with less queued work existed, but
+	// this one prefills faster.
+	ReasonFasterHardware
+	// ReasonTieBreak: several replicas were within Params.TieEpsilonSec;
+	// rendezvous hashing of the prefix chose among them.
+	ReasonTieBreak
+)
+
+var reasonNames = [...]string{
+	ReasonNoReplica:       "no-replica",
+	ReasonOnlyReplica:     "only-replica",
+	ReasonLeastLoaded:     "least-loaded",
+	ReasonPrefixAffinity:  "prefix-affinity",
+	ReasonAdapterResident: "adapter-resident",
+	ReasonFasterHardware:  "faster-hardware",
+	ReasonTieBreak:        "tie-break",
+}
+
+// String returns the reason's kebab-case name (stable: used in stats names
+// and the explanation header).
+func (r Reason) String() string {
+	if int(r) < len(reasonNames) {
+		return reasonNames[r]
+	}
+	return "unknown"
+}
+
+// TopN is how many candidates a Decision explains.
+const TopN = 4
+
+// Candidate is one replica's cost terms, in seconds.
+type Candidate struct {
+	// Index is the replica's index in the slice passed to Pick.
+	Index int
+	// WaitSec is W(r): queued work (plus StalePenaltySec when Stale).
+	WaitSec float64
+	// AdapterSec is A(r, a).
+	AdapterSec float64
+	// PrefillSec is P_r(n − k).
+	PrefillSec float64
+	// CachedTokens is k(r), clamped to [0, n−1].
+	CachedTokens int
+	// Stale is true when the replica's snapshot was older than
+	// Params.StaleAfter (or missing).
+	Stale bool
+}
+
+// TotalSec returns ETTFT(r) = W + A + P.
+func (c *Candidate) TotalSec() float64 { return c.WaitSec + c.AdapterSec + c.PrefillSec }
+
+// Decision is the result of Pick with its explanation. Keep one per worker
+// (or per request context) and pass it to every Pick: it owns scratch that
+// makes Pick allocation-free after the first call.
+type Decision struct {
+	// Index is the chosen replica, or -1 when none is eligible.
+	Index int
+	// Reason says why.
+	Reason Reason
+	// Top holds up to TopN candidates: Top[0] is the chosen one, the rest
+	// the cheapest others, cheapest first.
+	Top    [TopN]Candidate
+	NumTop int
+	// Eligible counts replicas that were scored.
+	Eligible int
+	// Unhealthy, Draining and NoAdapterSlot count excluded replicas.
+	Unhealthy, Draining, NoAdapterSlot int
+	// Stale counts eligible replicas with an uncertain snapshot.
+	Stale int
+
+	cands []Candidate
+}
+
+// Chosen returns the chosen candidate's cost terms, or false when none.
+func (d *Decision) Chosen() (Candidate, bool) {
+	if d.Index < 0 || d.NumTop == 0 {
+		return Candidate{}, false
+	}
+	return d.Top[0], true
+}
+
+// Pick chooses the replica with the lowest expected time to first token for
+// req among replicas, writing the result to d:
+//
+//	ETTFT(r) = W(r) + A(r, a) + P_r(n − k(r))
+//
+// cachedTokens[i] is k for replica i (PrefixIndex.Lookup; nil: nothing
+// cached). l is the router's ledger (nil: none); Pick brings its view of
+// work-since-scrape up to date with each replica's ScrapedNanos. nowNanos
+// is the caller's clock. Unhealthy, draining and drained replicas, and
+// replicas that cannot hold the adapter, are excluded. Costs within
+// p.TieEpsilonSec of the best are broken by rendezvous hashing of the
+// prefix's first p.HomeBlocks blocks, so the result is a deterministic
+// function of the inputs. Pick never panics on bad input and allocates only
+// when d's scratch must grow (the first call, or a larger fleet).
+func Pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Ledger, nowNanos int64, d *Decision) {
+	d.Index, d.Reason, d.NumTop = -1, ReasonNoReplica, 0
+	d.Eligible, d.Unhealthy, d.Draining, d.NoAdapterSlot, d.Stale = 0, 0, 0, 0, 0
+	if cap(d.cands) < len(replicas) {
+		d.cands = make([]Candidate, len(replicas))
+	}
+	cands := d.cands[:len(replicas)]
+
+	n := max(req.PromptTokens, 1)
+	var adapterHash uint64
+	if req.Adapter != "" {
+		adapterHash = HashString(req.Adapter)
+		if l != nil {
+			l.markAdapter(adapterHash, nowNanos)
+		}
+	}
+	promptMean, outMean := float64(p.DefaultPromptTokens), float64(p.DefaultOutputTokens)
+	if l != nil {
+		if l.promptMean > 0 {
+			promptMean = l.promptMean
+		}
+		if l.outputMean > 0 {
+			outMean = l.outputMean
+		}
+	}
+	staleNanos := int64(p.StaleAfter)
+
+	best := math.Inf(1)
+	minWait := math.Inf(1)
+	for i := range replicas {
+		r := &replicas[i]
+		cands[i].Index = -1
+		if !r.Healthy {
+			d.Unhealthy++
+			continue
+		}
+		if r.DrainAt(nowNanos) != Serving {
+			d.Draining++
+			continue
+		}
+		var c Candidate
+		c.Index = i
+		h := &r.Hardware
+
+		// A(r, a).
+		if req.Adapter != "" {
+			a, ok := adapterCost(p, r, req.Adapter, l != nil && l.marked(i))
+			if !ok {
+				d.NoAdapterSlot++
+				continue
+			}
+			c.AdapterSec = a
+		}
+
+		// k(r) and P_r(n − k): the server recomputes at least the last
+		// token, so k < n.
+		if i < len(cachedTokens) {
+			c.CachedTokens = min(max(cachedTokens[i], 0), n-1)
+		}
+		c.PrefillSec = h.PrefillSeconds(n - c.CachedTokens)
+
+		// W(r): reported queue and batch, with the ledger's exact tokens
+		// for its own requests and means for the rest.
+		var acc repAcc
+		if l != nil && i < len(l.reps) {
+			if l.reps[i].syncedSnap != r.ScrapedNanos {
+				l.sync(i, r.ScrapedNanos)
+			}
+			acc = l.reps[i]
+		}
+		waiting, running := int64(max(r.WaitingRequests, 0)), int64(max(r.RunningRequests, 0))
+		seenLocal := max(acc.queuedN+acc.decodeN-acc.unseenN, 0)
+		foreign := max(waiting+running-seenLocal, 0)
+		foreignWaiting := min(foreign, waiting)
+		foreignRunning := foreign - foreignWaiting
+		queuedN := float64(acc.queuedN + foreignWaiting)
+		queuedTok := float64(acc.queuedTok) + float64(foreignWaiting)*promptMean
+		batch := acc.decodeN + foreignRunning
+		decodeTok := float64(acc.decodeTok) + float64(foreignRunning)*outMean/2
+		w := queuedN*h.PrefillFixedSec + queuedTok*h.PrefillSecPerToken + decodeTok*h.DecodeStepSecPerSeq
+		// KV admission: a request that does not fit in free KV waits for
+		// running requests to finish (about one mean remaining output).
+		if kvCap := r.kvCapacity(); kvCap > 0 && batch > 0 {
+			usage := min(max(r.KVUsage, 0), 1)
+			if math.IsNaN(usage) {
+				usage = 1
+			}
+			used := usage*float64(kvCap) + float64(acc.unseenTok)
+			if used+float64(n-c.CachedTokens) > float64(kvCap) {
+				w += h.DecodeStepSeconds(int(batch)) * (decodeTok / float64(batch))
+			}
+		}
+		if r.ScrapedNanos == 0 || nowNanos-r.ScrapedNanos > staleNanos {
+			c.Stale = true
+			d.Stale++
+			w += p.StalePenaltySec
+		}
+		c.WaitSec = w
+
+		t := c.TotalSec()
+		if math.IsNaN(t) {
+			t = math.Inf(1)
+		}
+		cands[i] = c
+		d.Eligible++
+		best = min(best, t)
+		minWait = min(minWait, w)
+		d.insertTop(c)
+	}
+	if d.Eligible == 0 {
+		return
+	}
+
+	// Tie-break: highest rendezvous weight among replicas within epsilon of
+	// the best. The key is the prefix's home: its first blocks, or the
+	// model and adapter for a prompt shorter than a block.
+	key := outputKey(req.Model, req.Adapter)
+	if len(req.Chain) > 0 {
+		key = req.Chain[min(len(req.Chain), max(p.HomeBlocks, 1))-1]
+	}
+	ties := 0
+	var bestW uint64
+	for i := range replicas {
+		if cands[i].Index < 0 || !(cands[i].TotalSec() <= best+p.TieEpsilonSec) {
+			continue
+		}
+		ties++
+		ah := replicas[i].AddrHash
+		if ah == 0 {
+			ah = HashString(replicas[i].Addr)
+		}
+		if w := rendezvous(key, ah); d.Index < 0 || w > bestW || (w == bestW && i < d.Index) {
+			bestW, d.Index = w, i
+		}
+	}
+	if d.Index < 0 {
+		// Every eligible total is +Inf (NaN or overflow in the inputs):
+		// still deterministic, take the first eligible.
+		d.Index = d.Top[0].Index
+	}
+
+	ch := cands[d.Index]
+	d.promote(ch)
+	switch {
+	case d.Eligible == 1:
+		d.Reason = ReasonOnlyReplica
+	case ties > 1:
+		d.Reason = ReasonTieBreak
+	case ch.WaitSec <= minWait:
+		d.Reason = ReasonLeastLoaded
+	case req.Adapter != "" && ch.AdapterSec == 0 && d.loadAvoided():
+		d.Reason = ReasonAdapterResident
+	case ch.CachedTokens > 0:
+		d.Reason = ReasonPrefixAffinity
+	default:
+		d.Reason = ReasonFasterHardware
+	}
+}
+
+// promote moves the chosen candidate to Top[0].
+func (d *Decision) promote(c Candidate) {
+	pos := d.NumTop - 1
+	for i := 0; i < d.NumTop; i++ {
+		if d.Top[i].Index == c.Index {
+			pos = i
+			break
+		}
+	}
+	copy(d.Top[1:pos+1], d.Top[:pos])
+	d.Top[0] = c
+}
+
+// loadAvoided reports whether a listed candidate would have needed an
+// adapter load.
+func (d *Decision) loadAvoided() bool {
+	for i := 0; i < d.NumTop; i++ {
+		if d.Top[i].AdapterSec > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// insertTop keeps d.Top sorted by total, cheapest first; equal totals keep
+// replica order, so the list is deterministic.
+func (d *Decision) insertTop(c Candidate) {
+	t := c.TotalSec()
+	pos := d.NumTop
+	for pos > 0 && t < d.Top[pos-1].TotalSec() {
+		pos--
+	}
+	if pos >= TopN {
+		return
+	}
+	end := min(d.NumTop, TopN-1)
+	copy(d.Top[pos+1:end+1], d.Top[pos:end])
+	d.Top[pos] = c
+	if d.NumTop < TopN {
+		d.NumTop++
+	}
+}
+
+// adapterCost returns A(r, a) and whether r can serve adapter at all.
+func adapterCost(p *Params, r *Replica, adapter string, remembered bool) (float64, bool) {
+	if r.AdapterSlots == 0 {
+		return 0, false
+	}
+	if remembered {
+		return 0, true
+	}
+	tier := TierStorage
+	gpu, evictable := 0, false
+	for i := range r.Adapters {
+		a := &r.Adapters[i]
+		if a.Name == adapter {
+			tier = min(tier, a.Tier)
+			if a.Tier == TierGPU {
+				return 0, true
+			}
+		}
+		if a.Tier == TierGPU {
+			gpu++
+			evictable = evictable || !a.Active
+		}
+	}
+	if r.AdapterSlots > 0 && gpu >= r.AdapterSlots && !evictable {
+		return 0, false
+	}
+	cost := r.Hardware.AdapterLoadStorageSec
+	if tier == TierHost {
+		cost = r.Hardware.AdapterLoadHostSec
+	}
+	return cost + p.AdapterToleranceSec, true
+}

@@ -1,0 +1,144 @@
+package scoring
+
+import "io"
+
+// Prefix hashing defaults.
+const (
+	// DefaultBlockChars is the default characters per block: vLLM's 16-token
+	// KV block × ~4 characters per token (DESIGN.md §2), also llm-d's
+	// 64-character prefix block.
+	DefaultBlockChars = 64
+	// CharsPerToken converts characters to estimated tokens without a
+	// tokenizer (OpenAI's rule of thumb for English text).
+	CharsPerToken = 4
+	// MaxBlockChars bounds the block size (the hasher buffers one block).
+	MaxBlockChars = 4096
+	// DefaultMaxBlocks bounds the chain (128k characters at 64-char blocks).
+	DefaultMaxBlocks = 2048
+)
+
+// PrefixHasher cuts prompt text into fixed-size character blocks and hashes
+// them as a chain: block i's hash covers blocks 0..i and the seed (model and
+// adapter), so equal hashes at position i mean equal prefixes of i+1 blocks
+// for the same model and adapter. Only full blocks count: a server caches
+// whole KV blocks.
+//
+// It is an io.Writer so a JSON parser can stream unescaped text segments
+// into it. The zero value is not ready; call Init. Not safe for concurrent
+// use. After the chain reaches its capacity, Write stops allocating and
+// Reset keeps the buffer, so steady-state use allocates nothing.
+type PrefixHasher struct {
+	blockChars int
+	maxBlocks  int
+	seed       uint64
+	prev       uint64 // hash of the last full block (or the seed)
+	chars      int64  // total characters written
+	fill       int    // bytes in buf
+	chain      []uint64
+	buf        [MaxBlockChars]byte
+}
+
+var _ io.Writer = (*PrefixHasher)(nil)
+
+// Init sets the block size (clamped to [8, MaxBlockChars]; 0 means
+// DefaultBlockChars) and the maximum chain length (0 means
+// DefaultMaxBlocks), allocates the chain, and resets for the base model "".
+func (h *PrefixHasher) Init(blockChars, maxBlocks int) {
+	if blockChars == 0 {
+		blockChars = DefaultBlockChars
+	}
+	blockChars = min(max(blockChars, 8), MaxBlockChars)
+	if maxBlocks <= 0 {
+		maxBlocks = DefaultMaxBlocks
+	}
+	h.blockChars, h.maxBlocks = blockChars, maxBlocks
+	if cap(h.chain) < maxBlocks {
+		h.chain = make([]uint64, 0, maxBlocks)
+	}
+	h.Reset("", "")
+}
+
+// Reset starts a new prompt for model and adapter (the chain's seed: a
+// prefix cached for one adapter is no hit for another).
+func (h *PrefixHasher) Reset(model, adapter string) {
+	if h.blockChars == 0 {
+		h.Init(0, 0)
+		return
+	}
+	h.seed = fmix(HashString(model) ^ bitsRot(HashString(adapter), 23) ^ uint64(h.blockChars))
+	h.prev = h.seed
+	h.chars, h.fill = 0, 0
+	h.chain = h.chain[:0]
+}
+
+func bitsRot(x uint64, k uint) uint64 { return x<<k | x>>(64-k) }
+
+// Write adds prompt text. It never fails.
+func (h *PrefixHasher) Write(p []byte) (int, error) {
+	if h.blockChars == 0 {
+		h.Init(0, 0)
+	}
+	n := len(p)
+	h.chars += int64(n)
+	bc := h.blockChars
+	if h.fill > 0 {
+		c := copy(h.buf[h.fill:bc], p)
+		h.fill += c
+		p = p[c:]
+		if h.fill < bc {
+			return n, nil
+		}
+		h.block(h.buf[:bc])
+		h.fill = 0
+	}
+	for len(p) >= bc {
+		h.block(p[:bc])
+		p = p[bc:]
+	}
+	h.fill = copy(h.buf[:], p)
+	return n, nil
+}
+
+// WriteString adds prompt text without converting it to a byte slice.
+func (h *PrefixHasher) WriteString(s string) (int, error) {
+	n := len(s)
+	for len(s) > 0 {
+		var tmp [256]byte
+		c := copy(tmp[:], s)
+		h.Write(tmp[:c])
+		s = s[c:]
+	}
+	return n, nil
+}
+
+func (h *PrefixHasher) block(b []byte) {
+	if len(h.chain) >= h.maxBlocks {
+		return
+	}
+	h.prev = hashBytes(h.prev, b)
+	h.chain = append(h.chain, h.prev)
+}
+
+// Chain returns the block chain so far (aliases internal storage: valid
+// until the next Reset or Write).
+func (h *PrefixHasher) Chain() []uint64 { return h.chain }
+
+// Chars returns the number of characters (bytes) written since Reset.
+func (h *PrefixHasher) Chars() int64 { return h.chars }
+
+// Tokens returns the estimated prompt tokens: characters / CharsPerToken,
+// at least 1 when anything was written.
+func (h *PrefixHasher) Tokens() int {
+	t := int(h.chars / CharsPerToken)
+	if t == 0 && h.chars > 0 {
+		t = 1
+	}
+	return t
+}
+
+// BlockChars returns the block size in characters.
+func (h *PrefixHasher) BlockChars() int { return h.blockChars }
+
+// Seed returns the chain's seed (model and adapter): the rendezvous key
+// of a prompt with no full block.
+func (h *PrefixHasher) Seed() uint64 { return h.seed }
