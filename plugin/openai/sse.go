@@ -1,0 +1,261 @@
+package openai
+
+import (
+	"bytes"
+
+	"github.com/buger/jsonparser"
+)
+
+// MaxLineBytes bounds one server-sent-event line. Longer lines (e.g. events
+// with large logprobs) are skipped without parsing; the carry buffer that
+// joins a line split across chunks has this size.
+const MaxLineBytes = 8 << 10
+
+// Wire names in OpenAI-compatible streamed and non-streamed responses.
+const (
+	sseData          = "data:"
+	sseDone          = "[DONE]"
+	FieldChoices     = "choices"
+	FieldDelta       = "delta"
+	FieldFinish      = "finish_reason"
+	FieldUsage       = "usage"
+	FieldReasoning   = "reasoning_content" // vLLM/SGLang reasoning parsers
+	FieldReasoning2  = "reasoning"         // newer vLLM name
+	FieldPromptTok   = "prompt_tokens"
+	FieldCompleteTok = "completion_tokens"
+)
+
+// StreamCounter counts generated tokens in an OpenAI-compatible SSE response
+// (`data: {json}\n\n` events ending with `data: [DONE]`), fed chunk by chunk
+// at arbitrary split points. The zero value is ready; it is not safe for
+// concurrent use, allocates nothing, and never panics.
+//
+// Counting rule: every choice in a data event whose delta carries non-empty
+// "content", "reasoning_content" or "reasoning", or any "tool_calls", or
+// (completions) non-empty "text", counts as one token. vLLM, SGLang and TGI
+// stream one event per decode step per choice, so this is exact for plain
+// decoding. Exceptions, all undercounts: speculative decoding and SGLang's
+// --stream-interval > 1 put several tokens in one event; detokenizers hold
+// back text that is not yet a whole UTF-8 character or might be a stop string
+// and emit it later in one event; vLLM's first chat event (role only, empty
+// content) and empty final events count nothing, correctly. A "usage" object
+// (stream_options.include_usage, or vLLM's continuous usage stats) is exact and
+// preferred by Tokens.
+//
+// Lines end at '\n' (a preceding '\r' is dropped); a lone '\r' as line end is
+// not recognised. Each data line is parsed on its own: an event whose JSON is
+// split over several data lines (legal SSE, not emitted by these servers) is
+// counted as events without content.
+type StreamCounter struct {
+	// Events counts data lines other than [DONE].
+	Events int
+	// ContentDeltas counts choices that carried generated text (see above).
+	ContentDeltas int
+	// Oversized counts data lines longer than MaxLineBytes; each also counts
+	// as one event and one content delta (large events are content).
+	Oversized int
+	// UsageCompletionTokens and UsagePromptTokens are the largest values seen
+	// in usage objects; HasUsage reports that one was seen.
+	UsageCompletionTokens int64
+	UsagePromptTokens     int64
+	HasUsage              bool
+	// Finished reports a choice with a non-null finish_reason; Done the
+	// final `data: [DONE]`.
+	Finished bool
+	Done     bool
+
+	carry    [MaxLineBytes]byte
+	carryLen int
+	skipping bool // inside an oversized line, until '\n'
+
+	deltaHit bool // scratch for the current choice
+}
+
+// Reset prepares c for a new response.
+func (c *StreamCounter) Reset() {
+	c.Events, c.ContentDeltas, c.Oversized = 0, 0, 0
+	c.UsageCompletionTokens, c.UsagePromptTokens, c.HasUsage = 0, 0, false
+	c.Finished, c.Done = false, false
+	c.carryLen, c.skipping = 0, false
+}
+
+// Tokens returns the completion tokens so far: the usage count when the
+// server sent one, else ContentDeltas (a lower bound, see the type doc).
+func (c *StreamCounter) Tokens() int64 {
+	if c.HasUsage {
+		return c.UsageCompletionTokens
+	}
+	return int64(c.ContentDeltas)
+}
+
+// Write feeds the next chunk of the response body. It never fails; it
+// implements io.Writer so a body can be copied into it.
+func (c *StreamCounter) Write(chunk []byte) (int, error) {
+	n := len(chunk)
+	for len(chunk) > 0 {
+		if c.skipping {
+			i := bytes.IndexByte(chunk, '\n')
+			if i < 0 {
+				return n, nil
+			}
+			c.skipping = false
+			chunk = chunk[i+1:]
+			continue
+		}
+		i := bytes.IndexByte(chunk, '\n')
+		if i < 0 { // the line continues in the next chunk
+			if c.carryLen+len(chunk) > MaxLineBytes {
+				c.oversized(chunk)
+				return n, nil
+			}
+			c.carryLen += copy(c.carry[c.carryLen:], chunk)
+			return n, nil
+		}
+		switch {
+		case c.carryLen+i > MaxLineBytes:
+			c.oversized(chunk)
+			c.skipping = false // the '\n' is at i
+		case c.carryLen > 0:
+			c.carryLen += copy(c.carry[c.carryLen:], chunk[:i])
+			c.line(c.carry[:c.carryLen])
+			c.carryLen = 0
+		default:
+			c.line(chunk[:i])
+		}
+		chunk = chunk[i+1:]
+	}
+	return n, nil
+}
+
+// oversized handles a line known to exceed MaxLineBytes whose head is
+// c.carry[:c.carryLen] followed by rest.
+func (c *StreamCounter) oversized(rest []byte) {
+	var head [len(sseData)]byte
+	h := copy(head[:], c.carry[:c.carryLen])
+	copy(head[h:], rest)
+	if string(head[:]) == sseData {
+		c.Events++
+		c.ContentDeltas++
+		c.Oversized++
+	}
+	c.carryLen = 0
+	c.skipping = true
+}
+
+func (c *StreamCounter) line(l []byte) {
+	if len(l) > 0 && l[len(l)-1] == '\r' {
+		l = l[:len(l)-1]
+	}
+	if len(l) < len(sseData) || string(l[:len(sseData)]) != sseData {
+		return // blank line (event end), comment, event:, id:, retry:
+	}
+	l = l[len(sseData):]
+	if len(l) > 0 && l[0] == ' ' {
+		l = l[1:]
+	}
+	if string(l) == sseDone {
+		c.Done = true
+		return
+	}
+	c.Events++
+	jsonparser.ObjectEach(l, func(key, v []byte, vt jsonparser.ValueType, _ int) error {
+		switch string(key) {
+		case FieldChoices:
+			if vt == jsonparser.Array {
+				jsonparser.ArrayEach(v, func(ch []byte, ct jsonparser.ValueType, _ int, _ error) {
+					if ct == jsonparser.Object {
+						c.choice(ch)
+					}
+				})
+			}
+		case FieldUsage:
+			if vt == jsonparser.Object {
+				c.usage(v)
+			}
+		}
+		return nil
+	})
+}
+
+func (c *StreamCounter) choice(ch []byte) {
+	c.deltaHit = false
+	jsonparser.ObjectEach(ch, func(key, v []byte, vt jsonparser.ValueType, _ int) error {
+		switch string(key) {
+		case FieldDelta:
+			if vt == jsonparser.Object {
+				jsonparser.ObjectEach(v, func(dk, dv []byte, dt jsonparser.ValueType, _ int) error {
+					switch string(dk) {
+					case FieldContent, FieldReasoning, FieldReasoning2:
+						if dt == jsonparser.String && len(dv) > 0 {
+							c.deltaHit = true
+						}
+					case FieldToolCalls:
+						if dt == jsonparser.Array && len(bytes.TrimSpace(dv)) > 2 {
+							c.deltaHit = true
+						}
+					}
+					return nil
+				})
+			}
+		case FieldText:
+			if vt == jsonparser.String && len(v) > 0 {
+				c.deltaHit = true
+			}
+		case FieldFinish:
+			if vt != jsonparser.Null {
+				c.Finished = true
+			}
+		}
+		return nil
+	})
+	if c.deltaHit {
+		c.ContentDeltas++
+	}
+}
+
+func (c *StreamCounter) usage(v []byte) {
+	u, ok := parseUsageObject(v)
+	if !ok {
+		return
+	}
+	c.HasUsage = true
+	c.UsageCompletionTokens = max(c.UsageCompletionTokens, u.CompletionTokens)
+	c.UsagePromptTokens = max(c.UsagePromptTokens, u.PromptTokens)
+}
+
+// Usage is the token accounting of a response.
+type Usage struct {
+	PromptTokens     int64
+	CompletionTokens int64
+}
+
+// ParseUsage reads "usage" from a complete non-streamed response body. ok is
+// false when the body has no usage object with a non-negative integer
+// "completion_tokens" (a missing or bad "prompt_tokens" reads as 0).
+func ParseUsage(body []byte) (u Usage, ok bool) {
+	v, vt, _, err := jsonparser.Get(body, FieldUsage)
+	if err != nil || vt != jsonparser.Object {
+		return Usage{}, false
+	}
+	return parseUsageObject(v)
+}
+
+func parseUsageObject(v []byte) (u Usage, ok bool) {
+	jsonparser.ObjectEach(v, func(key, fv []byte, ft jsonparser.ValueType, _ int) error {
+		if ft != jsonparser.Number {
+			return nil
+		}
+		n, err := jsonparser.ParseInt(fv)
+		if err != nil || n < 0 {
+			return nil
+		}
+		switch string(key) {
+		case FieldCompleteTok:
+			u.CompletionTokens, ok = n, true
+		case FieldPromptTok:
+			u.PromptTokens = n
+		}
+		return nil
+	})
+	return u, ok
+}
