@@ -1,0 +1,510 @@
+package scoring
+
+import (
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+)
+
+const sec = int64(time.Second)
+
+// fleet returns n healthy, fresh, idle replicas of hardware hw.
+func fleet(hw string, n int, now int64) []Replica {
+	h, _ := LookupHardware(hw)
+	rs := make([]Replica, n)
+	for i := range rs {
+		addr := "10.0.0." + strconv.Itoa(i+1) + ":8000"
+		rs[i] = Replica{Addr: addr, AddrHash: HashString(addr), Engine: "vllm", Hardware: h,
+			Healthy: true, ScrapedNanos: now, AdapterSlots: 4}
+	}
+	return rs
+}
+
+func linear(h Hardware) Hardware { h.PrefillSecPerToken2 = 0; return h }
+
+// exactParams has no tie epsilon, so the rule can be checked exactly.
+func exactParams() Params { p := DefaultParams; p.TieEpsilonSec = 0; return p }
+
+// TestPickProposition checks DESIGN.md §1's proposition: with two
+// replicas, warm A wins exactly when W(A) − W(B) < P(n) − P(n−k); with
+// linear prefill that is t_prefill(k) without the fixed cost; with
+// heterogeneous hardware each side uses its own profile.
+func TestPickProposition(t *testing.T) {
+	now := 100 * sec
+	rng := rand.New(rand.NewPCG(1, 2))
+	cases := []struct {
+		name   string
+		hwA    string
+		hwB    string
+		linear bool
+	}{
+		{name: "linear h100", hwA: "h100", hwB: "h100", linear: true},
+		{name: "quadratic h100", hwA: "h100", hwB: "h100"},
+		{name: "heterogeneous a100 warm vs h100 cold", hwA: "a100", hwB: "h100"},
+		{name: "heterogeneous l4 warm vs l40s cold", hwA: "l4", hwB: "l40s"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := exactParams()
+			var d Decision
+			flips := [2]int{}
+			for iter := 0; iter < 3000; iter++ {
+				rs := fleet("h100", 2, now)
+				rs[0].Hardware, _ = LookupHardware(tc.hwA)
+				rs[1].Hardware, _ = LookupHardware(tc.hwB)
+				if tc.linear {
+					rs[0].Hardware, rs[1].Hardware = linear(rs[0].Hardware), linear(rs[1].Hardware)
+				}
+				rs[0].WaitingRequests = rng.IntN(12)
+				rs[1].WaitingRequests = rng.IntN(12)
+				p.DefaultPromptTokens = 50 + rng.IntN(3000)
+				n := 100 + rng.IntN(12000)
+				k := rng.IntN(n)
+				req := Request{PromptTokens: n, Chain: []uint64{uint64(iter)}}
+				Pick(&p, &req, rs, []int{k, 0}, nil, now, &d)
+				wA, wB := waitOf(&d, 0), waitOf(&d, 1)
+				// W from the reported queue: each waiting request is a fixed
+				// cost plus its mean prompt.
+				for i, w := range []float64{wA, wB} {
+					h := rs[i].Hardware
+					want := float64(rs[i].WaitingRequests) * (h.PrefillFixedSec + float64(p.DefaultPromptTokens)*h.PrefillSecPerToken)
+					if math.Abs(w-want) > 1e-9 {
+						t.Fatalf("W(%d) = %v, want %v", i, w, want)
+					}
+				}
+				gain := rs[1].Hardware.PrefillSeconds(n) - rs[0].Hardware.PrefillSeconds(n-k)
+				if tc.linear && tc.hwA == tc.hwB {
+					h := rs[0].Hardware
+					if tk := h.PrefillSecPerToken * float64(k); math.Abs(gain-tk) > 1e-9 {
+						t.Fatalf("linear P(n) − P(n−k) = %v, want t_prefill(k) = %v", gain, tk)
+					}
+				}
+				diff := wA - wB
+				if math.Abs(diff-gain) < 1e-9 {
+					continue
+				}
+				wantA := diff < gain
+				if got := d.Index == 0; got != wantA {
+					t.Fatalf("Pick(W(A)=%v, W(B)=%v, n=%d, k=%d) = %d, want warm A %v (gain %v)", wA, wB, n, k, d.Index, wantA, gain)
+				}
+				flips[d.Index]++
+			}
+			if flips[0] == 0 || flips[1] == 0 {
+				t.Fatalf("choices %v: want both replicas chosen somewhere", flips)
+			}
+		})
+	}
+}
+
+// TestPickQuadraticUsesDifference pins a case where P(n) − P(n−k) and
+// P(k) disagree: a 10k-token prompt with 5k cached.
+func TestPickQuadraticUsesDifference(t *testing.T) {
+	now := 10 * sec
+	p := exactParams()
+	rs := fleet("h100", 2, now)
+	h := rs[0].Hardware
+	n, k := 10000, 5000
+	gain := h.PrefillSeconds(n) - h.PrefillSeconds(n-k)
+	pk := h.PrefillSeconds(k)
+	if gain <= pk {
+		t.Fatalf("P(n) − P(n−k) = %v, want > P(k) = %v", gain, pk)
+	}
+	// Put A's queue between the two thresholds.
+	gap := (gain + pk) / 2
+	p.DefaultPromptTokens = 100
+	perReq := h.PrefillFixedSec + 100*h.PrefillSecPerToken
+	rs[0].WaitingRequests = int(gap / perReq)
+	var d Decision
+	Pick(&p, &Request{PromptTokens: n}, rs, []int{k, 0}, nil, now, &d)
+	if w := waitOf(&d, 0); w <= pk || w >= gain {
+		t.Fatalf("setup W(A) = %v, want in (%v, %v)", w, pk, gain)
+	}
+	if d.Index != 0 || d.Reason != ReasonPrefixAffinity {
+		t.Fatalf("Pick = %d (%v), want 0 (prefix-affinity)", d.Index, d.Reason)
+	}
+}
+
+func waitOf(d *Decision, idx int) float64 {
+	for i := 0; i < d.NumTop; i++ {
+		if d.Top[i].Index == idx {
+			return d.Top[i].WaitSec
+		}
+	}
+	return math.NaN()
+}
+
+// TestFixedPoliciesLose sweeps prefix length × load on the warm replica:
+// "always warm" and "always least-loaded" each pick a replica with higher
+// ETTFT somewhere, and ETTFT is never worse than either.
+func TestFixedPoliciesLose(t *testing.T) {
+	now := 10 * sec
+	p := exactParams()
+	var d Decision
+	warmWorse, leastWorse := 0, 0
+	for _, n := range []int{500, 2000, 8000, 16000} {
+		for _, frac := range []float64{0.1, 0.5, 0.9} {
+			for load := 0; load <= 30; load += 2 {
+				rs := fleet("h100", 3, now)
+				rs[0].WaitingRequests = load // warm
+				rs[1].WaitingRequests = 1    // least loaded
+				rs[2].WaitingRequests = 3
+				k := int(frac * float64(n))
+				cached := []int{k, 0, k / 4}
+				req := Request{PromptTokens: n}
+				Pick(&p, &req, rs, cached, nil, now, &d)
+				cost := func(i int) float64 {
+					for j := 0; j < d.NumTop; j++ {
+						if d.Top[j].Index == i {
+							return d.Top[j].TotalSec()
+						}
+					}
+					t.Fatalf("replica %d missing from Top", i)
+					return 0
+				}
+				warm, least := 0, 1 // by construction
+				best := cost(d.Index)
+				if best > cost(warm)+1e-12 || best > cost(least)+1e-12 {
+					t.Fatalf("n=%d k=%d load=%d: ETTFT pick %d costs %v, worse than warm %v or least %v", n, k, load, d.Index, best, cost(warm), cost(least))
+				}
+				if cost(warm) > best+1e-9 {
+					warmWorse++
+				}
+				if cost(least) > best+1e-9 {
+					leastWorse++
+				}
+			}
+		}
+	}
+	if warmWorse == 0 || leastWorse == 0 {
+		t.Fatalf("always-warm worse in %d cells, always-least-loaded worse in %d: want both > 0", warmWorse, leastWorse)
+	}
+}
+
+// TestTokenBalancingBeatsCounts: a bimodal workload (20 vs 20,000 output
+// tokens). Balancing request counts puts every long request on one
+// replica; balancing tokens does not.
+func TestTokenBalancingBeatsCounts(t *testing.T) {
+	now := 10 * sec
+	p := DefaultParams
+	pattern := []int{20000, 20, 20, 20} // repeated
+	run := func(byCount bool) (tokens [2]int64) {
+		rs := fleet("h100", 2, now)
+		l := NewLedger(p, 2, 64)
+		var d Decision
+		for i := 0; i < 16; i++ {
+			out := pattern[i%len(pattern)]
+			req := Request{PromptTokens: 200, MaxTokens: out, Model: "m"}
+			idx := 0
+			if byCount {
+				if l.InFlightOn(1) < l.InFlightOn(0) {
+					idx = 1
+				}
+			} else {
+				Pick(&p, &req, rs, nil, l, now, &d)
+				idx = d.Index
+			}
+			f := l.Dispatch(idx, &req, 200, now)
+			l.FirstToken(f)
+			tokens[idx] += int64(out)
+		}
+		return tokens
+	}
+	ratio := func(t [2]int64) float64 {
+		return float64(max(t[0], t[1])) / float64(max(min(t[0], t[1]), 1))
+	}
+	if c := run(true); ratio(c) < 10 {
+		t.Fatalf("least-request output tokens per replica = %v, want ≥ 10× imbalance (the misplacement this test shows)", c)
+	}
+	if tk := run(false); ratio(tk) > 1.5 {
+		t.Fatalf("ETTFT output tokens per replica = %v, want ≤ 1.5× imbalance", tk)
+	}
+}
+
+// TestAdapterTolerance: a busy adapter holder loses to an idle loader
+// exactly when the queue gap exceeds the load cost; storage-tier loads lose
+// to host-tier loads.
+func TestAdapterTolerance(t *testing.T) {
+	now := 10 * sec
+	p := exactParams()
+	p.DefaultPromptTokens = 20 // small queued requests: fine steps in W
+	var d Decision
+	switched := -1
+	for q := 0; q < 400; q++ {
+		rs := fleet("h100", 2, now)
+		rs[0].Adapters = []Adapter{{Name: "fr", Tier: TierGPU, Active: true}}
+		rs[0].WaitingRequests = q
+		rs[1].Adapters = []Adapter{{Name: "fr", Tier: TierHost}}
+		req := Request{PromptTokens: 500, Adapter: "fr", Model: "base"}
+		Pick(&p, &req, rs, nil, nil, now, &d)
+		gap := waitOf(&d, 0) - waitOf(&d, 1)
+		load := rs[1].Hardware.AdapterLoadHostSec
+		if math.Abs(gap-load) < 1e-9 {
+			continue
+		}
+		if want := map[bool]int{true: 1, false: 0}[gap > load]; d.Index != want {
+			t.Fatalf("Pick(queue gap %v, load %v) = %d, want %d", gap, load, d.Index, want)
+		}
+		if d.Index == 1 && switched < 0 {
+			switched = q
+		}
+		if d.Index == 0 && q > 0 && d.Reason != ReasonAdapterResident {
+			t.Fatalf("Pick(queue %d) reason = %v, want adapter-resident", q, d.Reason)
+		}
+	}
+	if switched <= 0 {
+		t.Fatalf("holder never lost to the loader (switch at %d)", switched)
+	}
+
+	rs := fleet("h100", 2, now)
+	rs[0].Adapters = []Adapter{{Name: "fr", Tier: TierStorage}}
+	rs[1].Adapters = []Adapter{{Name: "fr", Tier: TierHost}}
+	Pick(&p, &Request{PromptTokens: 500, Adapter: "fr"}, rs, nil, nil, now, &d)
+	if d.Index != 1 {
+		t.Fatalf("Pick(storage vs host) = %d, want 1 (host tier)", d.Index)
+	}
+}
+
+// TestAdapterMemory: the ledger's memory of where it sent an adapter
+// counts as residency until it expires.
+func TestAdapterMemory(t *testing.T) {
+	now := 10 * sec
+	p := DefaultParams
+	l := NewLedger(p, 2, 8)
+	rs := fleet("h100", 2, now)
+	req := Request{PromptTokens: 100, Adapter: "de"}
+	f := l.Dispatch(1, &req, 100, now)
+	l.Done(f, 10)
+	rs[0].WaitingRequests = 0
+	var d Decision
+	Pick(&p, &req, rs, nil, l, now+sec, &d)
+	if d.Index != 1 || d.Reason != ReasonAdapterResident && d.Reason != ReasonLeastLoaded {
+		t.Fatalf("Pick(remembered on 1) = %d (%v), want 1", d.Index, d.Reason)
+	}
+	if c, _ := d.Chosen(); c.AdapterSec != 0 {
+		t.Fatalf("Pick(remembered).AdapterSec = %v, want 0", c.AdapterSec)
+	}
+	Pick(&p, &req, rs, nil, l, now+int64(p.AdapterMemory)+sec, &d)
+	if c, _ := d.Chosen(); c.AdapterSec == 0 {
+		t.Fatalf("Pick(memory expired).AdapterSec = 0, want a load cost")
+	}
+}
+
+// TestPickEligibility covers drains, health, adapter slots and staleness.
+func TestPickEligibility(t *testing.T) {
+	now := 100 * sec
+	tests := []struct {
+		name   string
+		setup  func(rs []Replica)
+		req    Request
+		want   int
+		reason Reason
+	}{
+		{name: "draining cheapest excluded", setup: func(rs []Replica) {
+			rs[1].WaitingRequests = 5
+			rs[0].Drain = Draining
+			rs[0].DrainDeadlineNanos = now + 30*sec
+		}, want: 1, reason: ReasonOnlyReplica},
+		{name: "drained excluded", setup: func(rs []Replica) {
+			rs[1].WaitingRequests = 5
+			rs[0].Drain = Drained
+		}, want: 1, reason: ReasonOnlyReplica},
+		{name: "draining past deadline is drained", setup: func(rs []Replica) {
+			rs[0].Drain = Draining
+			rs[0].DrainDeadlineNanos = now - sec
+		}, want: 1, reason: ReasonOnlyReplica},
+		{name: "unhealthy excluded", setup: func(rs []Replica) { rs[0].Healthy = false }, want: 1, reason: ReasonOnlyReplica},
+		{name: "all draining", setup: func(rs []Replica) { rs[0].Drain, rs[1].Drain = Draining, Drained }, want: -1, reason: ReasonNoReplica},
+		{name: "stale idle not assumed idle", setup: func(rs []Replica) {
+			rs[0].ScrapedNanos = now - 10*sec
+			rs[1].WaitingRequests = 1
+		}, want: 1, reason: ReasonLeastLoaded},
+		{name: "never scraped penalised", setup: func(rs []Replica) {
+			rs[0].ScrapedNanos = 0
+			rs[1].WaitingRequests = 1
+		}, want: 1, reason: ReasonLeastLoaded},
+		{name: "stale but clearly better wins", setup: func(rs []Replica) {
+			rs[0].ScrapedNanos = now - 10*sec
+			rs[1].WaitingRequests = 40
+		}, want: 0, reason: ReasonLeastLoaded},
+		{name: "fresh within bound not penalised", setup: func(rs []Replica) {
+			rs[0].ScrapedNanos = now - sec
+			rs[1].WaitingRequests = 1
+		}, want: 0, reason: ReasonLeastLoaded},
+		{name: "adapter slots full and active", setup: func(rs []Replica) {
+			rs[0].AdapterSlots = 1
+			rs[0].Adapters = []Adapter{{Name: "other", Tier: TierGPU, Active: true}}
+			rs[1].WaitingRequests = 9
+		}, req: Request{PromptTokens: 10, Adapter: "fr"}, want: 1, reason: ReasonOnlyReplica},
+		{name: "adapter slot evictable", setup: func(rs []Replica) {
+			rs[0].AdapterSlots = 1
+			rs[0].Adapters = []Adapter{{Name: "other", Tier: TierGPU}}
+			rs[1].WaitingRequests = 90
+		}, req: Request{PromptTokens: 10, Adapter: "fr"}, want: 0, reason: ReasonLeastLoaded},
+		{name: "no lora support", setup: func(rs []Replica) { rs[0].AdapterSlots = 0 }, req: Request{PromptTokens: 10, Adapter: "fr"}, want: 1, reason: ReasonOnlyReplica},
+		{name: "faster hardware", setup: func(rs []Replica) {
+			rs[0].Hardware, _ = LookupHardware("l4")
+			rs[1].WaitingRequests = 1
+		}, req: Request{PromptTokens: 4000}, want: 1, reason: ReasonFasterHardware},
+		{name: "kv full waits", setup: func(rs []Replica) {
+			rs[0].KVUsage = 0.999
+			rs[0].RunningRequests = 50
+			rs[1].RunningRequests = 51
+		}, req: Request{PromptTokens: 4000}, want: 1, reason: ReasonLeastLoaded},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := DefaultParams
+			rs := fleet("h100", 2, now)
+			tt.setup(rs)
+			if tt.req.PromptTokens == 0 {
+				tt.req.PromptTokens = 1000
+			}
+			var d Decision
+			Pick(&p, &tt.req, rs, nil, nil, now, &d)
+			if d.Index != tt.want || d.Reason != tt.reason {
+				t.Fatalf("Pick(%s) = %d (%v), want %d (%v); top %+v", tt.name, d.Index, d.Reason, tt.want, tt.reason, d.Top[:d.NumTop])
+			}
+		})
+	}
+}
+
+// TestLedgerSpreadsBurst: decisions made on one snapshot do not all land on
+// the replica that looked idle when it was taken.
+func TestLedgerSpreadsBurst(t *testing.T) {
+	now := 100 * sec
+	p := DefaultParams
+	rs := fleet("h100", 4, now)
+	l := NewLedger(p, 4, 64)
+	var d Decision
+	var per [4]int
+	for i := 0; i < 8; i++ {
+		req := Request{PromptTokens: 2000, Chain: []uint64{uint64(i) * 7919}}
+		Pick(&p, &req, rs, nil, l, now+int64(i), &d)
+		l.Dispatch(d.Index, &req, req.PromptTokens, now+int64(i))
+		per[d.Index]++
+	}
+	if per != [4]int{2, 2, 2, 2} {
+		t.Fatalf("burst of 8 over 4 idle replicas = %v, want 2 each", per)
+	}
+	// The next scrape reports them: the ledger must not count them twice.
+	for i := range rs {
+		rs[i].WaitingRequests = 2
+		rs[i].ScrapedNanos = now + sec
+	}
+	Pick(&p, &Request{PromptTokens: 2000}, rs, nil, l, now+sec, &d)
+	c, _ := d.Chosen()
+	h := rs[0].Hardware
+	if want := 2 * (h.PrefillFixedSec + 2000*h.PrefillSecPerToken); math.Abs(c.WaitSec-want) > 1e-9 {
+		t.Fatalf("W after scrape = %v, want %v (reported and ledger work counted once)", c.WaitSec, want)
+	}
+}
+
+// TestTieBreakRendezvous: identical replicas split prefixes by rendezvous
+// hashing, the same way on every call, and a prefix keeps its home when
+// another replica leaves.
+func TestTieBreakRendezvous(t *testing.T) {
+	now := 100 * sec
+	p := DefaultParams
+	rs := fleet("h100", 8, now)
+	var d Decision
+	homes := make(map[int]int)
+	for key := uint64(1); key <= 400; key++ {
+		req := Request{PromptTokens: 100, Chain: []uint64{key * 0x9e3779b97f4a7c15}}
+		Pick(&p, &req, rs, nil, nil, now, &d)
+		if d.Reason != ReasonTieBreak {
+			t.Fatalf("Pick(identical replicas).Reason = %v, want tie-break", d.Reason)
+		}
+		first := d.Index
+		Pick(&p, &req, rs, nil, nil, now, &d)
+		if d.Index != first {
+			t.Fatalf("Pick(same input) = %d then %d, want equal", first, d.Index)
+		}
+		homes[first]++
+		// Removing a different replica (unhealthy) keeps the home.
+		other := (first + 1) % len(rs)
+		rs[other].Healthy = false
+		Pick(&p, &req, rs, nil, nil, now, &d)
+		rs[other].Healthy = true
+		if d.Index != first {
+			t.Fatalf("Pick(without replica %d) = %d, want home %d", other, d.Index, first)
+		}
+	}
+	for i := range rs {
+		if homes[i] < 20 {
+			t.Fatalf("rendezvous homes = %v, want every replica to get ≥ 20 of 400", homes)
+		}
+	}
+}
+
+func TestRemainingOutputEstimate(t *testing.T) {
+	p := DefaultParams
+	l := NewLedger(p, 1, 8)
+	tests := []struct {
+		name     string
+		maxTok   int
+		learned  []int
+		streamed int
+		want     int64
+	}{
+		{name: "default", want: int64(p.DefaultOutputTokens)},
+		{name: "max_tokens bound", maxTok: 50, want: 50},
+		{name: "learned lower", maxTok: 500, learned: []int{100, 100}, want: 100},
+		{name: "learned higher keeps bound", maxTok: 50, learned: []int{100}, want: 50},
+		{name: "decays while streaming", maxTok: 500, learned: []int{100}, streamed: 40, want: 60},
+		{name: "outlived estimate", maxTok: 500, learned: []int{100}, streamed: 300, want: 150},
+		{name: "outlived near bound", maxTok: 320, learned: []int{100}, streamed: 300, want: 20},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			model := "m" + strconv.Itoa(i)
+			for _, x := range tt.learned {
+				f := l.Dispatch(0, &Request{Model: model}, 1, 0)
+				l.Done(f, x)
+			}
+			req := Request{Model: model, MaxTokens: tt.maxTok, PromptTokens: 10}
+			f := l.Dispatch(0, &req, 10, 0)
+			l.Progress(f, tt.streamed)
+			if tt.streamed == 0 {
+				l.FirstToken(f)
+			}
+			if got := l.reps[0].decodeTok; got != tt.want {
+				t.Fatalf("remaining(max %d, learned %v, streamed %d) = %d, want %d", tt.maxTok, tt.learned, tt.streamed, got, tt.want)
+			}
+			l.Cancel(f)
+			if r := l.reps[0]; r.decodeTok != 0 || r.decodeN != 0 || r.queuedN != 0 || r.queuedTok != 0 {
+				t.Fatalf("after Cancel replica accounting = %+v, want zero", r)
+			}
+		})
+	}
+}
+
+func TestParamsValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(*Params)
+		want   string
+	}{
+		{name: "default ok", mutate: func(*Params) {}},
+		{name: "stale after", mutate: func(p *Params) { p.StaleAfter = -time.Second }, want: "scoring: stale_after must be > 0, got -1s"},
+		{name: "nan penalty", mutate: func(p *Params) { p.StalePenaltySec = math.NaN() }, want: "scoring: stale_penalty_sec must be in [0, 3600], got NaN"},
+		{name: "tie", mutate: func(p *Params) { p.TieEpsilonSec = -1 }, want: "scoring: tie_epsilon_sec must be in [0, 10], got -1"},
+		{name: "home blocks", mutate: func(p *Params) { p.HomeBlocks = 0 }, want: "scoring: home_blocks must be >= 1, got 0"},
+		{name: "adapter memory", mutate: func(p *Params) { p.AdapterMemory = -1 }, want: "scoring: adapter_memory must be >= 0, got -1ns"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := DefaultParams
+			tt.mutate(&p)
+			err := p.Validate()
+			got := ""
+			if err != nil {
+				got = err.Error()
+			}
+			if got != tt.want {
+				t.Fatalf("Validate() = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
