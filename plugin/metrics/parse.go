@@ -1,0 +1,761 @@
+package metrics
+
+import (
+	"errors"
+	"math"
+	"strconv"
+	"unicode/utf8"
+)
+
+// Internal field indices, one per Names Source.
+const (
+	fWaiting = iota
+	fRunning
+	fMaxRunning
+	fKVUsage
+	fKVUsedTokens
+	fKVCapacityTokens
+	fKVBlocks
+	fKVUsedBlocks
+	fBlockSize
+	fPrefixQueries
+	fPrefixHits
+	fPrefixMisses
+	fCacheHitRate
+	fPromptTokens
+	fGenerationTokens
+	fPreemptions
+	fBatchMaxTokens
+	fContextTokens
+	numFields
+)
+
+// How several matching series combine into one figure.
+const (
+	aggSum  = iota // counts and counters: data-parallel engines add up
+	aggMean        // ratios: the replica-wide fraction
+	aggMax         // configuration (block size): all equal in practice
+)
+
+var fieldAgg = [numFields]uint8{fKVUsage: aggMean, fCacheHitRate: aggMean, fBlockSize: aggMax}
+
+// fieldBit maps an internal index to its Field bit (0: derived-only, no bit).
+var fieldBit = [numFields]Field{
+	fWaiting: FieldWaiting, fRunning: FieldRunning, fMaxRunning: FieldMaxRunning,
+	fKVUsage: FieldKVUsage, fKVUsedTokens: FieldKVUsedTokens,
+	fKVCapacityTokens: FieldKVCapacityTokens, fKVBlocks: FieldKVBlocks,
+	fKVUsedBlocks: FieldKVUsedBlocks, fBlockSize: FieldBlockSizeTokens,
+	fPrefixQueries: FieldPrefixQueries, fPrefixHits: FieldPrefixHits,
+	fCacheHitRate: FieldCacheHitRate, fPromptTokens: FieldPromptTokens,
+	fGenerationTokens: FieldGenerationTokens, fPreemptions: FieldPreemptions,
+	fBatchMaxTokens: FieldBatchMaxTokens, fContextTokens: FieldContextTokens,
+}
+
+// maxCount caps integer figures at 2^53, beyond which float64 sums are no
+// longer exact; no real replica comes near it.
+const maxCount = 1 << 53
+
+// maxDupCheckLabels bounds the duplicate-label-name check (expfmt rejects
+// duplicates); lines with more labels than this skip the check.
+const maxDupCheckLabels = 16
+
+// slot is one compiled (metric name, label selector) → field binding.
+type slot struct {
+	metric string
+	label  string
+	value  string
+	field  uint8
+	alt    bool
+}
+
+type accum struct {
+	sum, max float64
+	n        int32
+}
+
+// span is a byte range of the body; esc records whether it holds escapes.
+type span struct {
+	start, end int32
+	esc, ok    bool
+}
+
+// Parser reads scrapes of one engine into Samples. Build it once per
+// configuration (NewParser) and reuse it: Parse keeps all its scratch state
+// inside the Parser and allocates nothing. A Parser is not safe for concurrent
+// use; proxy-wasm calls each VM from one thread, so keep one per root context.
+type Parser struct {
+	engine Engine
+	names  Names
+	slots  [2 * numFields]slot
+	nslots int
+
+	// per-parse state
+	acc [numFields][2]accum
+
+	cfgBlocks, cfgTokens float64 // vLLM cache_config_info: Σ num_gpu_blocks, Σ blocks×block_size
+	cfgBlockSize         int64
+	cfgHasBlocks         bool
+
+	loraOK                    bool
+	loraBest                  float64
+	loraRun, loraWait, loraMx span
+
+	err ParseError
+}
+
+// NewParser returns a Parser for engine e reading the metrics in names
+// (usually DefaultNames(e) with configuration overrides applied).
+func NewParser(e Engine, names Names) (*Parser, error) {
+	if e == EngineUnknown || e >= numEngines {
+		return nil, errors.New("metrics: parser needs a known engine, got " + strconv.Quote(e.String()))
+	}
+	if err := names.Validate(); err != nil {
+		return nil, err
+	}
+	p := &Parser{engine: e, names: names}
+	for f, src := range p.names.sources() {
+		if src.Metric == "" {
+			continue
+		}
+		p.slots[p.nslots] = slot{metric: src.Metric, label: src.Label, value: src.Value, field: uint8(f)}
+		p.nslots++
+		if src.Alt != "" {
+			p.slots[p.nslots] = slot{metric: src.Alt, label: src.Label, value: src.Value, field: uint8(f), alt: true}
+			p.nslots++
+		}
+	}
+	return p, nil
+}
+
+// Engine returns the engine p was built for.
+func (p *Parser) Engine() Engine { return p.engine }
+
+// Names returns the metric names p reads.
+func (p *Parser) Names() Names { return p.names }
+
+// Parse reads one scrape body into s, replacing its contents (adapter slices
+// are reused). It returns nil for a clean scrape, or a *ParseError matching
+// ErrNoSamples (nothing usable), ErrTruncated (last line cut: treat as stale)
+// or ErrBadLine (invalid lines skipped, the rest used); s.Problems has every
+// problem seen. The error is owned by p and valid until the next Parse.
+func (p *Parser) Parse(body []byte, s *Sample) error {
+	s.reset()
+	p.acc = [numFields][2]accum{}
+	p.cfgBlocks, p.cfgTokens, p.cfgBlockSize, p.cfgHasBlocks = 0, 0, 0, false
+	p.loraOK, p.loraBest = false, 0
+	p.err = ParseError{BodyBytes: len(body)}
+
+	if len(body) > math.MaxInt32 {
+		// Spans are int32; a 2 GiB scrape is not a metrics page.
+		s.Problems |= ProblemNoSamples
+		p.err.set(ProblemNoSamples, 0, nil)
+		return &p.err
+	}
+
+	var samples int32
+	var lineNo int32
+	var truncLine []byte
+	var truncNo int32
+	for pos := 0; pos < len(body); {
+		lineNo++
+		end := indexNL(body, pos)
+		if end < 0 {
+			// No newline: the scrape may have been cut mid-line.
+			if !blankOnly(body[pos:]) {
+				s.Problems |= ProblemTruncated
+				truncLine, truncNo = body[pos:], lineNo
+			}
+			break
+		}
+		next := end + 1
+		if end > pos && body[end-1] == '\r' {
+			end-- // CRLF: servers behind Windows-style proxies
+		}
+		switch p.line(body, pos, end) {
+		case lineSample:
+			samples++
+		case lineBad:
+			s.Problems |= ProblemBadLine
+			s.BadLines++
+			if s.FirstBadLine == 0 {
+				s.FirstBadLine = lineNo
+				p.err.set(ProblemBadLine, lineNo, body[pos:end])
+			}
+		}
+		pos = next
+	}
+	p.finish(body, s)
+
+	p.err.BadLines = s.BadLines
+	switch {
+	case samples == 0:
+		s.Problems |= ProblemNoSamples
+		p.err.kind = ProblemNoSamples
+		return &p.err
+	case s.Problems&ProblemTruncated != 0:
+		p.err.set(ProblemTruncated, truncNo, truncLine)
+		return &p.err
+	case s.Problems&ProblemBadLine != 0:
+		p.err.kind = ProblemBadLine
+		return &p.err
+	}
+	return nil
+}
+
+func indexNL(b []byte, from int) int {
+	for i := from; i < len(b); i++ {
+		if b[i] == '\n' {
+			return i
+		}
+	}
+	return -1
+}
+
+func blankOnly(b []byte) bool {
+	for _, c := range b {
+		if c != ' ' && c != '\t' && c != '\r' {
+			return false
+		}
+	}
+	return true
+}
+
+const (
+	lineSkip   = iota // blank or comment
+	lineSample        // valid sample
+	lineBad           // invalid
+)
+
+func isBlank(c byte) bool { return c == ' ' || c == '\t' }
+
+func isNameStart(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_' || c == ':'
+}
+
+func isNameByte(c byte) bool { return isNameStart(c) || c >= '0' && c <= '9' }
+
+func isLabelStart(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_' }
+
+func isLabelByte(c byte) bool { return isLabelStart(c) || c >= '0' && c <= '9' }
+
+// quoted scans a double-quoted string starting at b[i] == '"' and ending before
+// end; it returns the span of the contents and the index after the closing
+// quote, or ok=false on a missing quote, an escape other than \\ \" \n (the
+// only ones the text format defines), or invalid UTF-8.
+func quoted(b []byte, i, end int) (sp span, next int, ok bool) {
+	i++
+	start := i
+	esc := false
+	for i < end {
+		switch b[i] {
+		case '"':
+			if !utf8.Valid(b[start:i]) {
+				return span{}, 0, false
+			}
+			return span{start: int32(start), end: int32(i), esc: esc, ok: true}, i + 1, true
+		case '\\':
+			if i+1 >= end {
+				return span{}, 0, false
+			}
+			switch b[i+1] {
+			case '\\', '"', 'n':
+			default:
+				return span{}, 0, false
+			}
+			esc = true
+			i += 2
+		default:
+			i++
+		}
+	}
+	return span{}, 0, false
+}
+
+// rawEqual reports whether the (possibly escaped) bytes of sp decode to want.
+func rawEqual(b []byte, sp span, want string) bool {
+	raw := b[sp.start:sp.end]
+	if !sp.esc {
+		return string(raw) == want
+	}
+	j := 0
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		if c == '\\' && i+1 < len(raw) {
+			i++
+			c = unescape(raw[i])
+		}
+		if j >= len(want) || want[j] != c {
+			return false
+		}
+		j++
+	}
+	return j == len(want)
+}
+
+func unescape(c byte) byte {
+	if c == 'n' {
+		return '\n'
+	}
+	return c // '\\' and '"' stand for themselves
+}
+
+// line parses body[start:end] (no newline) and, for a valid sample whose name
+// p reads, folds its value into the accumulators.
+func (p *Parser) line(b []byte, start, end int) int {
+	i := start
+	for i < end && isBlank(b[i]) {
+		i++
+	}
+	if i == end {
+		return lineSkip
+	}
+	if b[i] == '#' {
+		return lineSkip // HELP, TYPE and comments carry nothing we extract
+	}
+
+	// Metric name: bare, or quoted as the first item inside braces (the
+	// UTF-8 form Prometheus 3 and expfmt's UTF8Validation accept).
+	var name span
+	inBraces := false
+	if b[i] == '{' {
+		j := i + 1
+		for j < end && isBlank(b[j]) {
+			j++
+		}
+		if j < end && b[j] == '"' {
+			sp, k, ok := quoted(b, j, end)
+			if !ok || sp.start == sp.end {
+				return lineBad
+			}
+			for k < end && isBlank(b[k]) {
+				k++
+			}
+			if k < end && (b[k] == ',' || b[k] == '}') {
+				name = sp
+				inBraces = true
+				i = k // at ',' or '}'
+			}
+		}
+		if !inBraces {
+			return lineBad
+		}
+	} else {
+		if !isNameStart(b[i]) {
+			return lineBad
+		}
+		j := i + 1
+		for j < end && isNameByte(b[j]) {
+			j++
+		}
+		name = span{start: int32(i), end: int32(j), ok: true}
+		i = j
+		for i < end && isBlank(b[i]) {
+			i++
+		}
+	}
+
+	// Which slots and info metrics does this name feed?
+	var match uint64
+	for k := 0; k < p.nslots; k++ {
+		if rawEqual(b, name, p.slots[k].metric) {
+			match |= 1 << uint(k)
+		}
+	}
+	isCfg := p.names.CacheConfigInfo != "" && rawEqual(b, name, p.names.CacheConfigInfo)
+	isLoRA := p.names.LoRAInfo != "" && rawEqual(b, name, p.names.LoRAInfo)
+	// selected: slots whose label selector has been seen with the wanted value.
+	var selected uint64
+	for k := 0; k < p.nslots; k++ {
+		if match&(1<<uint(k)) != 0 && p.slots[k].label == "" {
+			selected |= 1 << uint(k)
+		}
+	}
+	var cfgBlocks, cfgBS, run, wait, mx span
+
+	// Label set.
+	if inBraces || i < end && b[i] == '{' {
+		if !inBraces {
+			i++ // past '{'
+		} else if b[i] == ',' {
+			i++
+		}
+		var seen [maxDupCheckLabels]span
+		nseen := 0
+		for {
+			for i < end && isBlank(b[i]) {
+				i++
+			}
+			if i >= end {
+				return lineBad
+			}
+			if b[i] == '}' {
+				i++
+				break
+			}
+			// Label name.
+			var ln span
+			if b[i] == '"' {
+				sp, k, ok := quoted(b, i, end)
+				if !ok || sp.start == sp.end {
+					return lineBad
+				}
+				ln, i = sp, k
+			} else {
+				if !isLabelStart(b[i]) {
+					return lineBad
+				}
+				j := i + 1
+				for j < end && isLabelByte(b[j]) {
+					j++
+				}
+				ln = span{start: int32(i), end: int32(j), ok: true}
+				i = j
+			}
+			if rawEqual(b, ln, "__name__") {
+				return lineBad // reserved (expfmt: "label name __name__ is reserved")
+			}
+			if nseen < maxDupCheckLabels {
+				for k := 0; k < nseen; k++ {
+					if spanEqual(b, seen[k], ln) {
+						return lineBad
+					}
+				}
+				seen[nseen] = ln
+				nseen++
+			}
+			for i < end && isBlank(b[i]) {
+				i++
+			}
+			if i >= end || b[i] != '=' {
+				return lineBad
+			}
+			i++
+			for i < end && isBlank(b[i]) {
+				i++
+			}
+			if i >= end || b[i] != '"' {
+				return lineBad
+			}
+			val, k, ok := quoted(b, i, end)
+			if !ok {
+				return lineBad
+			}
+			i = k
+			if match != 0 {
+				for k := 0; k < p.nslots; k++ {
+					sl := &p.slots[k]
+					if match&(1<<uint(k)) != 0 && sl.label != "" &&
+						rawEqual(b, ln, sl.label) && rawEqual(b, val, sl.value) {
+						selected |= 1 << uint(k)
+					}
+				}
+			}
+			if isCfg {
+				switch {
+				case rawEqual(b, ln, LabelNumGPUBlocks):
+					cfgBlocks = val
+				case rawEqual(b, ln, LabelBlockSize):
+					cfgBS = val
+				}
+			}
+			if isLoRA {
+				switch {
+				case rawEqual(b, ln, LabelRunningAdapters):
+					run = val
+				case rawEqual(b, ln, LabelWaitingAdapters):
+					wait = val
+				case rawEqual(b, ln, LabelMaxLoRA):
+					mx = val
+				}
+			}
+			for i < end && isBlank(b[i]) {
+				i++
+			}
+			if i >= end {
+				return lineBad
+			}
+			if b[i] == ',' {
+				i++
+				continue
+			}
+			if b[i] != '}' {
+				return lineBad
+			}
+			i++
+			break
+		}
+		for i < end && isBlank(b[i]) {
+			i++
+		}
+	}
+
+	// Value, then an optional integer timestamp (milliseconds; ignored).
+	j := i
+	for j < end && !isBlank(b[j]) {
+		j++
+	}
+	if j == i {
+		return lineBad
+	}
+	v, ok := parseValue(b[i:j])
+	if !ok {
+		return lineBad
+	}
+	i = j
+	for i < end && isBlank(b[i]) {
+		i++
+	}
+	if i < end {
+		j = i
+		for j < end && !isBlank(b[j]) {
+			j++
+		}
+		if _, err := strconv.ParseInt(string(b[i:j]), 10, 64); err != nil {
+			return lineBad
+		}
+		i = j
+		for i < end && isBlank(b[i]) {
+			i++
+		}
+		if i < end {
+			return lineBad
+		}
+	}
+
+	// Fold the value in. Non-finite values (NaN, ±Inf) say nothing usable
+	// about load and are skipped rather than poisoning a sum.
+	finite := !math.IsNaN(v) && !math.IsInf(v, 0)
+	if selected != 0 && finite {
+		for k := 0; k < p.nslots; k++ {
+			if selected&(1<<uint(k)) == 0 {
+				continue
+			}
+			sl := &p.slots[k]
+			a := &p.acc[sl.field][b2i(sl.alt)]
+			if a.n == 0 || v > a.max {
+				a.max = v
+			}
+			a.sum += v
+			a.n++
+		}
+	}
+	if isCfg {
+		bs, okBS := spanInt(b, cfgBS)
+		if okBS && bs > 0 {
+			if bs > p.cfgBlockSize {
+				p.cfgBlockSize = bs
+			}
+			if blocks, okB := spanInt(b, cfgBlocks); okB {
+				p.cfgBlocks += float64(blocks)
+				p.cfgTokens += float64(blocks) * float64(bs)
+				p.cfgHasBlocks = true
+			}
+		}
+	}
+	if isLoRA && !math.IsNaN(v) && (!p.loraOK || v > p.loraBest) {
+		// The value is the time the series was last set; the newest is current.
+		p.loraOK, p.loraBest = true, v
+		p.loraRun, p.loraWait, p.loraMx = run, wait, mx
+	}
+	return lineSample
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func spanEqual(b []byte, x, y span) bool {
+	return string(b[x.start:x.end]) == string(b[y.start:y.end])
+}
+
+// parseValue parses a sample value as expfmt does: strconv.ParseFloat, minus
+// hex floats and digit separators, which the text format does not allow.
+func parseValue(t []byte) (float64, bool) {
+	for _, c := range t {
+		if c == 'p' || c == 'P' || c == '_' {
+			return 0, false
+		}
+	}
+	v, err := strconv.ParseFloat(string(t), 64)
+	return v, err == nil
+}
+
+// spanInt parses a label value holding a non-negative decimal integer.
+func spanInt(b []byte, sp span) (int64, bool) {
+	if !sp.ok || sp.esc || sp.end == sp.start || sp.end-sp.start > 15 {
+		return 0, false
+	}
+	var n int64
+	for _, c := range b[sp.start:sp.end] {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	return n, true
+}
+
+// finish turns the accumulators into s's fields and derives the figures a
+// server exposes only indirectly.
+func (p *Parser) finish(b []byte, s *Sample) {
+	var val [numFields]float64
+	var has [numFields]bool
+	for f := 0; f < numFields; f++ {
+		a := p.acc[f][0]
+		if a.n == 0 {
+			a = p.acc[f][1] // older name, only when the current one is absent
+		}
+		if a.n == 0 {
+			continue
+		}
+		has[f] = true
+		switch fieldAgg[f] {
+		case aggMean:
+			val[f] = a.sum / float64(a.n)
+		case aggMax:
+			val[f] = a.max
+		default:
+			val[f] = a.sum
+		}
+	}
+
+	// vLLM's cache_config_info carries blocks and block size as labels.
+	if !has[fBlockSize] && p.cfgBlockSize > 0 {
+		has[fBlockSize], val[fBlockSize] = true, float64(p.cfgBlockSize)
+	}
+	if !has[fKVBlocks] && p.cfgHasBlocks {
+		has[fKVBlocks], val[fKVBlocks] = true, p.cfgBlocks
+	}
+	if !has[fKVCapacityTokens] {
+		switch {
+		case p.cfgHasBlocks:
+			has[fKVCapacityTokens], val[fKVCapacityTokens] = true, p.cfgTokens
+		case has[fKVBlocks] && has[fBlockSize]:
+			has[fKVCapacityTokens] = true
+			val[fKVCapacityTokens] = math.Round(val[fKVBlocks]) * math.Round(val[fBlockSize])
+		}
+	}
+	if !has[fKVUsage] {
+		switch {
+		case has[fKVUsedBlocks] && has[fKVBlocks] && val[fKVBlocks] > 0:
+			has[fKVUsage], val[fKVUsage] = true, val[fKVUsedBlocks]/val[fKVBlocks]
+		case has[fKVUsedTokens] && has[fKVCapacityTokens] && val[fKVCapacityTokens] > 0:
+			has[fKVUsage], val[fKVUsage] = true, val[fKVUsedTokens]/val[fKVCapacityTokens]
+		}
+	}
+	if !has[fPrefixQueries] && has[fPrefixHits] && has[fPrefixMisses] {
+		has[fPrefixQueries], val[fPrefixQueries] = true, val[fPrefixHits]+val[fPrefixMisses]
+	}
+
+	for f := 0; f < numFields; f++ {
+		if has[f] {
+			s.Present |= fieldBit[f]
+		}
+	}
+	s.Waiting = toCount(val[fWaiting])
+	s.Running = toCount(val[fRunning])
+	s.MaxRunning = toCount(val[fMaxRunning])
+	s.KVUsage = clamp01(val[fKVUsage])
+	s.KVUsedTokens = toCount(val[fKVUsedTokens])
+	s.KVCapacityTokens = toCount(val[fKVCapacityTokens])
+	s.KVBlocks = toCount(val[fKVBlocks])
+	s.KVUsedBlocks = toCount(val[fKVUsedBlocks])
+	s.BlockSizeTokens = toCount(val[fBlockSize])
+	s.PrefixQueries = nonNeg(val[fPrefixQueries])
+	s.PrefixHits = nonNeg(val[fPrefixHits])
+	s.CacheHitRate = clamp01(val[fCacheHitRate])
+	s.PromptTokensTotal = nonNeg(val[fPromptTokens])
+	s.GenerationTokensTotal = nonNeg(val[fGenerationTokens])
+	s.PreemptionsTotal = nonNeg(val[fPreemptions])
+	s.BatchMaxTokens = toCount(val[fBatchMaxTokens])
+	s.ContextTokens = toCount(val[fContextTokens])
+
+	if p.loraOK {
+		s.Present |= FieldAdapters
+		if !appendAdapters(&s.RunningAdapters, b, p.loraRun) || !appendAdapters(&s.WaitingAdapters, b, p.loraWait) {
+			s.Problems |= ProblemAdapterOverflow
+		}
+		if n, ok := spanInt(b, p.loraMx); ok {
+			s.Present |= FieldMaxAdapters
+			s.MaxAdapters = n
+		}
+	}
+}
+
+// toCount rounds a gauge to a whole count in [0, 2^53].
+func toCount(v float64) int64 {
+	switch {
+	case !(v > 0): // also NaN
+		return 0
+	case v >= maxCount:
+		return maxCount
+	}
+	return int64(math.Round(v))
+}
+
+func clamp01(v float64) float64 {
+	switch {
+	case !(v > 0):
+		return 0
+	case v > 1:
+		return 1
+	}
+	return v
+}
+
+func nonNeg(v float64) float64 {
+	if !(v > 0) {
+		return 0
+	}
+	return v
+}
+
+// appendAdapters decodes a comma-separated adapter list (a label value, maybe
+// escaped) into *dst. It reports false if the list or a name was cut short.
+func appendAdapters(dst *[]Adapter, b []byte, sp span) bool {
+	if !sp.ok || sp.start == sp.end {
+		return true
+	}
+	raw := b[sp.start:sp.end]
+	clean := true
+	var a Adapter
+	a.Hash = fnvOffset64
+	n := 0 // decoded bytes of the current name
+	flush := func() {
+		if n == 0 {
+			return
+		}
+		if len(*dst) >= MaxAdapterList {
+			clean = false
+		} else {
+			*dst = append(*dst, a)
+		}
+		a = Adapter{Hash: fnvOffset64}
+		n = 0
+	}
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		if c == ',' {
+			flush()
+			continue
+		}
+		if c == '\\' && i+1 < len(raw) {
+			i++
+			c = unescape(raw[i])
+		}
+		a.Hash = (a.Hash ^ uint64(c)) * fnvPrime64
+		if int(a.n) < AdapterNameCap {
+			a.b[a.n] = c
+			a.n++
+		} else if !a.cut {
+			a.cut = true
+			clean = false
+		}
+		n++
+	}
+	flush()
+	return clean
+}
