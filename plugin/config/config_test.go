@@ -1,0 +1,198 @@
+package config
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+const example = `{"replicas":[{"name":"vllm-0","address":"10.0.0.1:8000","metrics_cluster":"vllm-0-metrics","engine":"vllm","hardware":"h100","state":"active"}],"tick_ms":1000}`
+
+func TestParseExample(t *testing.T) {
+	cfg, err := Parse([]byte(example))
+	if err != nil {
+		t.Fatalf("Parse(example) error %v", err)
+	}
+	want := Replica{
+		Name: "vllm-0", Address: netip.MustParseAddrPort("10.0.0.1:8000"), AddressText: "10.0.0.1:8000",
+		MetricsCluster: "vllm-0-metrics", Engine: "vllm", Hardware: "h100", State: StateActive,
+	}
+	if len(cfg.Replicas) != 1 || cfg.Replicas[0] != want || cfg.TickMillis != 1000 {
+		t.Errorf("Parse(example) = %+v, want one replica %+v and tick 1000", cfg, want)
+	}
+}
+
+func TestParseAccepts(t *testing.T) {
+	tests := []struct {
+		name  string
+		in    string
+		check func(*Config) bool
+	}{
+		{name: "defaults", in: `{"replicas":[{"name":"a","address":"10.0.0.1:1"}]}`, check: func(c *Config) bool {
+			r := c.Replicas[0]
+			return c.TickMillis == DefaultTickMillis && r.Engine == EngineVLLM && r.State == StateActive
+		}},
+		{name: "ipv6 canonical", in: `{"replicas":[{"name":"a","address":"[2001:DB8::1]:80"}]}`, check: func(c *Config) bool {
+			return c.Replicas[0].AddressText == "[2001:db8::1]:80"
+		}},
+		{name: "draining with deadline", in: `{"replicas":[{"name":"a","address":"10.0.0.1:1","state":"draining","drain_deadline_ms":1767225600000}]}`, check: func(c *Config) bool {
+			return c.Replicas[0].State == StateDraining && c.Replicas[0].DrainDeadlineUnixMillis == 1767225600000
+		}},
+		{name: "drained", in: `{"replicas":[{"name":"a","address":"10.0.0.1:1","state":"drained"},{"name":"b","address":"10.0.0.2:1"}]}`, check: func(c *Config) bool {
+			return c.Replicas[0].State == StateDrained && c.Replicas[1].State == StateActive
+		}},
+		{name: "whitespace and escapes", in: " {\n\"replicas\" : [ {\"name\":\"a\\u0062\",\"address\":\"10.0.0.1:1\"} ] , \"tick_ms\" : 50 }\n", check: func(c *Config) bool {
+			return c.Replicas[0].Name == "ab" && c.TickMillis == 50
+		}},
+		{name: "engines", in: `{"replicas":[{"name":"a","address":"10.0.0.1:1","engine":"sglang"},{"name":"b","address":"10.0.0.1:2","engine":"tgi"},{"name":"c","address":"10.0.0.1:3","engine":"triton"}]}`, check: func(c *Config) bool {
+			return c.Replicas[2].Engine == EngineTriton
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := Parse([]byte(tc.in))
+			if err != nil {
+				t.Fatalf("Parse(%s) error %v", tc.in, err)
+			}
+			if !tc.check(cfg) {
+				t.Errorf("Parse(%s) = %+v, fails the check", tc.in, cfg)
+			}
+		})
+	}
+}
+
+func TestParseRejects(t *testing.T) {
+	r := func(fields string) string { return `{"name":"x","address":"10.0.0.9:9"` + fields + `}` }
+	three := `{"replicas":[{"name":"a","address":"10.0.0.1:1"},{"name":"b","address":"10.0.0.2:1"},`
+	tests := []struct {
+		name string
+		in   string
+		want string
+	}{
+		{name: "address without port", in: three + `{"name":"c","address":"10.0.0.1"}]}`,
+			want: `config: replicas[2].address "10.0.0.1" is not ip:port`},
+		{name: "hostname", in: `{"replicas":[{"name":"a","address":"vllm:8000"}]}`,
+			want: `config: replicas[0].address "vllm:8000" is not ip:port`},
+		{name: "port zero", in: `{"replicas":[{"name":"a","address":"10.0.0.1:0"}]}`,
+			want: `config: replicas[0].address "10.0.0.1:0" has port 0`},
+		{name: "unspecified", in: `{"replicas":[{"name":"a","address":"0.0.0.0:80"}]}`,
+			want: `config: replicas[0].address "0.0.0.0:80" is an unspecified address`},
+		{name: "duplicate name", in: three + `{"name":"a","address":"10.0.0.3:1"}]}`,
+			want: `config: replicas[2].name "a" duplicates replicas[0].name`},
+		{name: "empty list", in: `{"replicas":[]}`, want: `config: replicas must list at least one replica`},
+		{name: "missing list", in: `{"tick_ms":5}`, want: `config: replicas must list at least one replica`},
+		{name: "unknown top key", in: `{"replicas":[` + r(``) + `],"tick":5}`, want: `config: unknown key "tick"`},
+		{name: "unknown replica key", in: `{"replicas":[` + r(`,"nmae":"y"`) + `]}`, want: `config: replicas[0]: unknown key "nmae"`},
+		{name: "duplicate top key", in: `{"tick_ms":5,"tick_ms":6}`, want: `config: duplicate key "tick_ms"`},
+		{name: "duplicate replica key", in: `{"replicas":[` + r(`,"name":"y"`) + `]}`, want: `config: replicas[0]: duplicate key "name"`},
+		{name: "bad state", in: `{"replicas":[` + r(`,"state":"paused"`) + `]}`,
+			want: `config: replicas[0].state "paused" is not one of active, draining, drained`},
+		{name: "bad engine", in: `{"replicas":[` + r(`,"engine":"ollama"`) + `]}`,
+			want: `config: replicas[0].engine "ollama" is not one of vllm, sglang, tgi, triton`},
+		{name: "deadline when active", in: `{"replicas":[` + r(`,"drain_deadline_ms":5`) + `]}`,
+			want: `config: replicas[0].drain_deadline_ms is only allowed with state "draining", got state ""`},
+		{name: "negative deadline", in: `{"replicas":[` + r(`,"state":"draining","drain_deadline_ms":-5`) + `]}`,
+			want: `config: replicas[0].drain_deadline_ms must be > 0, got -5`},
+		{name: "tick zero", in: `{"replicas":[` + r(``) + `],"tick_ms":0}`, want: `config: tick_ms must be in [1, 3600000], got 0`},
+		{name: "tick float", in: `{"replicas":[` + r(``) + `],"tick_ms":1.5}`, want: `config: tick_ms must be an integer, got "1.5"`},
+		{name: "tick string", in: `{"replicas":[` + r(``) + `],"tick_ms":"5"}`, want: `config: tick_ms must be a number, got string "5"`},
+		{name: "name number", in: `{"replicas":[{"name":5,"address":"10.0.0.1:1"}]}`, want: `config: replicas[0].name must be a string, got number "5"`},
+		{name: "missing address", in: `{"replicas":[{"name":"a"}]}`, want: `config: replicas[0].address is required`},
+		{name: "missing name", in: `{"replicas":[{"address":"10.0.0.1:1"}]}`, want: `config: replicas[0].name is required`},
+		{name: "replicas object", in: `{"replicas":{}}`, want: `config: replicas must be an array, got object`},
+		{name: "replica string", in: `{"replicas":["a"]}`, want: `config: replicas[0] must be an object, got string`},
+		{name: "not an object", in: `[1]`, want: `config: want a JSON object, got "[1]"`},
+		{name: "empty", in: ``, want: `config: want a JSON object, got ""`},
+		{name: "trailing data", in: `{"replicas":[` + r(``) + `]} x`, want: `config: trailing data after the object: " x"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := Parse([]byte(tc.in))
+			if err == nil {
+				t.Fatalf("Parse(%s) = %+v, want error %q", tc.in, cfg, tc.want)
+			}
+			if err.Error() != tc.want {
+				t.Errorf("Parse(%s) error = %q, want %q", tc.in, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseBounds(t *testing.T) {
+	build := func(n int) []byte {
+		var b strings.Builder
+		b.WriteString(`{"replicas":[`)
+		for i := 0; i < n; i++ {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(`{"name":"r`)
+			b.WriteString(itoa(i))
+			b.WriteString(`","address":"10.0.`)
+			b.WriteString(itoa(i / 256))
+			b.WriteByte('.')
+			b.WriteString(itoa(i % 256))
+			b.WriteString(`:8000"}`)
+		}
+		b.WriteString(`]}`)
+		return []byte(b.String())
+	}
+	if cfg, err := Parse(build(MaxReplicas)); err != nil || len(cfg.Replicas) != MaxReplicas {
+		t.Errorf("Parse(%d replicas) error %v, want success", MaxReplicas, err)
+	}
+	_, err := Parse(build(MaxReplicas + 1))
+	if want := "config: replicas has more than 4096 entries"; err == nil || err.Error() != want {
+		t.Errorf("Parse(%d replicas) error = %v, want %q", MaxReplicas+1, err, want)
+	}
+}
+
+func itoa(i int) string {
+	if i == 0 {
+		return "0"
+	}
+	var b []byte
+	for ; i > 0; i /= 10 {
+		b = append([]byte{byte('0' + i%10)}, b...)
+	}
+	return string(b)
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add([]byte(example))
+	f.Add([]byte(`{"replicas":[{"name":"a","address":"[::1]:1","state":"draining","drain_deadline_ms":1}],"tick_ms":7}`))
+	f.Add([]byte(`{"replicas":[{"name":"a","address":"10.0.0.1"}]}`))
+	f.Add([]byte(`{"replicas":[{"name":"\u0000","address":"1.2.3.4:5"},{"name":"\u0000"}]}`))
+	f.Add([]byte(`{`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg, err := Parse(data)
+		if err != nil {
+			if cfg != nil {
+				t.Fatalf("Parse returned both a config and error %v", err)
+			}
+			if !strings.HasPrefix(err.Error(), "config: ") {
+				t.Fatalf("Parse error %q lacks the config: prefix", err)
+			}
+			return
+		}
+		if len(cfg.Replicas) == 0 || len(cfg.Replicas) > MaxReplicas {
+			t.Fatalf("Parse accepted %d replicas", len(cfg.Replicas))
+		}
+		if cfg.TickMillis < 1 || cfg.TickMillis > MaxTickMillis {
+			t.Fatalf("Parse accepted tick_ms %d", cfg.TickMillis)
+		}
+		names := map[string]bool{}
+		for i, r := range cfg.Replicas {
+			if r.Name == "" || names[r.Name] {
+				t.Fatalf("replica %d has empty or duplicate name %q", i, r.Name)
+			}
+			names[r.Name] = true
+			back, err := netip.ParseAddrPort(r.AddressText)
+			if err != nil || back != r.Address || r.Address.Port() == 0 {
+				t.Fatalf("replica %d address %q does not round trip: %v", i, r.AddressText, err)
+			}
+			if r.State > StateDrained || (r.DrainDeadlineUnixMillis != 0 && r.State != StateDraining) {
+				t.Fatalf("replica %d has state %v with deadline %d", i, r.State, r.DrainDeadlineUnixMillis)
+			}
+		}
+	})
+}
