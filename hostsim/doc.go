@@ -1,0 +1,37 @@
+// Package hostsim is gpuroute's proxy-wasm host: it runs a plugin module
+// (proxy-wasm ABI v0.2.1, built as a Go wasip1 reactor) in wazero and behaves
+// like Envoy where it matters, so the built .wasm can be tested off-proxy.
+//
+//	h := hostsim.NewHost(hostsim.Options{})
+//	mod, _ := h.Compile(ctx, wasmBytes)
+//	vm, _ := h.NewVM(ctx, mod, "gpuroute", nil)
+//	root, _ := vm.Configure("gpuroute", []byte(`{"tick_ms":100}`))
+//
+// then root.NewStream(), stream.RequestHeaders(...), h.Advance(time.Second).
+//
+// What it emulates (sources: the spec, proxy-wasm-cpp-host, Envoy; see
+// /work/shared/ABI.md):
+//
+//   - A Host is one Envoy process: a virtual clock (tests never sleep),
+//     shared data and shared queues keyed by vm_id with cpp-host's CAS rules
+//     (one global CAS counter skipping 0; a cas≠0 set on an existing key must
+//     match; a set on a missing key ignores cas; values are copied on every
+//     read; erased when the last VM of the vm_id closes), a process-wide stats
+//     store looked up by name, and named upstream clusters answered by Go
+//     handlers (Cluster, HTTPCluster) after a virtual latency.
+//   - A VM is one worker thread's instance of a Module; modules are compiled
+//     once (wazero compiler engine, a compilation cache shared process-wide)
+//     and instantiated per VM. Its WASI is hostsim's copy of Envoy's stubs,
+//     not wazero's full WASI: poll_oneoff answers ENOSYS (Envoy 1.33–1.37,
+//     the default) or 0 events (cpp-host PR #533) per Options.Poll.
+//   - Roots (VM.Configure) tick on the virtual clock; Host.Advance fires due
+//     ticks, http_call responses and timeouts in time order. Reconfiguring a
+//     root id creates a new root in the same VM; a rejected configuration
+//     keeps the old root.
+//   - Streams are driven like Envoy's HTTP filter chain; local replies, header
+//     edits, pauses and closes are observable on the Stream.
+//   - A guest trap fails the VM: the error names the callback, later calls
+//     return it (errors.Is(err, ErrVMFailed)).
+//
+// The host knows the ABI, not routing.
+package hostsim
