@@ -1,0 +1,192 @@
+package openai
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+)
+
+// chatBody builds a chat body of about size bytes: a system prompt and
+// alternating turns with escapes, as agents send them.
+func chatBody(size int) []byte {
+	var b bytes.Buffer
+	b.WriteString(`{"model":"meta-llama/Llama-3.1-8B-Instruct:sql","stream":true,"max_tokens":256,"messages":[`)
+	b.WriteString(`{"role":"system","content":"You are a helpful assistant.\nAnswer in \"SQL\" only. \u00e9\ud83d\ude00"}`)
+	turn := 0
+	for b.Len() < size-200 {
+		role := "user"
+		if turn%2 == 1 {
+			role = "assistant"
+		}
+		b.WriteString(`,{"role":"` + role + `","content":"`)
+		b.WriteString(strings.Repeat(`SELECT name FROM t WHERE id = 42;\n`, 12))
+		b.WriteString(`"}`)
+		turn++
+	}
+	b.WriteString(`]}`)
+	return b.Bytes()
+}
+
+type countWriter struct{ n int }
+
+func (w *countWriter) Write(b []byte) (int, error) { w.n += len(b); return len(b), nil }
+
+func FuzzParseRequest(f *testing.F) {
+	seeds := []string{
+		`{"model":"m","prompt":"hi","max_tokens":3}`,
+		`{"model":"m","prompt":[[1,2],[3]]}`,
+		`{"model":"m","prompt":["a","b"]}`,
+		`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a\u00e9\ud83d\ude00"},{"type":"image_url","image_url":{"url":"x"}}]}]}`,
+		`{"model":"m","messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"1"}]}],"stream":true}`,
+		`{"model":"m","max_completion_tokens":1,"max_tokens":-1,"n":2,"stream_options":{"include_usage":true}}`,
+		`{"model":"m","x":[[[[[[[[[[]]]]]]]]]]}`,
+		"{\"model\":\"\xff\",\"prompt\":\"\xc3\"}",
+		`{"model":"m","messages":[{"role":"user","content":"abc\ud83d`,
+	}
+	for _, s := range seeds {
+		f.Add(s, uint8(0))
+	}
+	f.Fuzz(func(t *testing.T, body string, mode uint8) {
+		kind := Chat
+		if mode&1 == 1 {
+			kind = Completion
+		}
+		trunc := mode&2 == 2
+		var p Parser
+		run := func() (Request, []byte, error, error) {
+			var req Request
+			var err error
+			if trunc {
+				err = p.ParseTruncated(kind, []byte(body), &req)
+			} else {
+				err = p.Parse(kind, []byte(body), &req)
+			}
+			var buf bytes.Buffer
+			terr := p.WriteText(&buf, &req)
+			if err != nil {
+				var e *Error
+				if !errors.As(err, &e) || e.Code == 0 {
+					t.Fatalf("Parse(%q) error %v is not an *Error", body, err)
+				}
+				_ = e.Error()
+			}
+			req.Model = append([]byte(nil), req.Model...)
+			return req, buf.Bytes(), err, terr
+		}
+		r1, t1, e1, te1 := run()
+		if r1.PromptChars != len(t1) {
+			t.Fatalf("Parse(%q).PromptChars = %d, want %d (bytes written)", body, r1.PromptChars, len(t1))
+		}
+		if r1.PromptTokensExact < 0 || r1.PromptTokensExact*4 > len(t1) {
+			t.Fatalf("Parse(%q).PromptTokensExact = %d with %d bytes", body, r1.PromptTokensExact, len(t1))
+		}
+		if r1.HasMaxTokens && r1.MaxTokens < 0 {
+			t.Fatalf("Parse(%q).MaxTokens = %d, want >= 0", body, r1.MaxTokens)
+		}
+		r2, t2, e2, te2 := run()
+		if !bytes.Equal(t1, t2) || (e1 == nil) != (e2 == nil) || (te1 == nil) != (te2 == nil) ||
+			!bytes.Equal(r1.Model, r2.Model) || r1.MaxTokens != r2.MaxTokens || r1.PromptChars != r2.PromptChars {
+			t.Fatalf("Parse(%q) not deterministic", body)
+		}
+		// A complete body read as truncated gives the same result.
+		if !trunc && e1 == nil {
+			var req Request
+			if err := p.ParseTruncated(kind, []byte(body), &req); err != nil || req.Truncated {
+				t.Fatalf("ParseTruncated(complete %q) = %v, truncated %v", body, err, req.Truncated)
+			}
+		}
+	})
+}
+
+func FuzzSSE(f *testing.F) {
+	f.Add(vllmChatStream, uint16(7))
+	f.Add("data:{\"choices\":[{\"text\":\"a\"}]}\r\n\r\ndata: [DONE]\n\n", uint16(3))
+	f.Add(": c\nevent: x\ndata: {\"usage\":{\"completion_tokens\":9}}\n\n", uint16(1))
+	f.Fuzz(func(t *testing.T, stream string, split uint16) {
+		var whole, parts StreamCounter
+		whole.Write([]byte(stream))
+		b := []byte(stream)
+		step := int(split%64) + 1
+		prev := counts(&parts)
+		for i := 0; i < len(b); i += step {
+			parts.Write(b[i:min(i+step, len(b))])
+			cur := counts(&parts)
+			if cur.events < prev.events || cur.deltas < prev.deltas || cur.usageC < prev.usageC ||
+				cur.usageP < prev.usageP || prev.done && !cur.done || prev.finished && !cur.finished {
+				t.Fatalf("StreamCounter(%q) counts went down: %+v then %+v", stream, prev, cur)
+			}
+			prev = cur
+		}
+		if got, want := counts(&parts), counts(&whole); got != want {
+			t.Fatalf("StreamCounter(%q) in %d-byte chunks = %+v, want %+v", stream, step, got, want)
+		}
+	})
+}
+
+func TestParseAllocs(t *testing.T) {
+	body := chatBody(32 << 10)
+	var p Parser
+	var req Request
+	var w countWriter
+	allocs := testing.AllocsPerRun(50, func() {
+		if err := p.Parse(Chat, body, &req); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.WriteText(&w, &req); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("Parse+WriteText(32 KB chat) allocs = %v, want 0", allocs)
+	}
+	trunc := body[:len(body)/2]
+	allocs = testing.AllocsPerRun(50, func() {
+		p.ParseTruncated(Chat, trunc, &req)
+		p.WriteText(io.Discard, &req)
+	})
+	if allocs != 0 {
+		t.Errorf("ParseTruncated+WriteText(16 KB cut) allocs = %v, want 0", allocs)
+	}
+}
+
+func TestStreamCounterAllocs(t *testing.T) {
+	b := []byte(vllmChatStream)
+	c := new(StreamCounter)
+	usage := []byte(`{"usage":{"completion_tokens":2}}`)
+	allocs := testing.AllocsPerRun(100, func() {
+		c.Reset()
+		for i := 0; i < len(b); i += 17 {
+			c.Write(b[i:min(i+17, len(b))])
+		}
+		ParseUsage(usage)
+	})
+	if allocs != 0 {
+		t.Errorf("StreamCounter.Write allocs = %v, want 0", allocs)
+	}
+}
+
+func BenchmarkParseChat32K(b *testing.B) {
+	body := chatBody(32 << 10)
+	var p Parser
+	var req Request
+	var w countWriter
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		p.Parse(Chat, body, &req)
+		p.WriteText(&w, &req)
+	}
+}
+
+func BenchmarkStreamCounter(b *testing.B) {
+	stream := []byte(vllmChatStream)
+	c := new(StreamCounter)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(stream)))
+	for b.Loop() {
+		c.Reset()
+		c.Write(stream)
+	}
+}

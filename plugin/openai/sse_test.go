@@ -1,0 +1,117 @@
+package openai
+
+import (
+	"strings"
+	"testing"
+)
+
+// vllmChatStream is shaped like vLLM's /v1/chat/completions stream with
+// stream_options.include_usage: a role-only first event, one event per token,
+// a finish event, a usage event with empty choices, and [DONE].
+const vllmChatStream = "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n" +
+	"data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"},\"finish_reason\":null}]}\n\n" +
+	"data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lo \\\"x\\\"\"},\"finish_reason\":null}]}\n\n" +
+	"data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"hm\"},\"finish_reason\":null}]}\n\n" +
+	"data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"tool_calls\":[{\"index\":0,\"function\":{\"arguments\":\"{\"}}]}}]}\n\n" +
+	"data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\"},\"finish_reason\":\"stop\"}]}\n\n" +
+	"data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":12,\"total_tokens\":18,\"completion_tokens\":6}}\n\n" +
+	"data: [DONE]\n\n"
+
+type sseWant struct {
+	events, deltas, oversized int
+	usageC, usageP            int64
+	hasUsage, finished, done  bool
+	tokens                    int64
+}
+
+func counts(c *StreamCounter) sseWant {
+	return sseWant{c.Events, c.ContentDeltas, c.Oversized, c.UsageCompletionTokens, c.UsagePromptTokens,
+		c.HasUsage, c.Finished, c.Done, c.Tokens()}
+}
+
+func TestStreamCounter(t *testing.T) {
+	big := "data: {\"choices\":[{\"delta\":{\"content\":\"" + strings.Repeat("x", MaxLineBytes) + "\"}}]}\n\n"
+	tests := []struct {
+		name   string
+		stream string
+		want   sseWant
+	}{
+		{name: "vllm chat with usage", stream: vllmChatStream,
+			want: sseWant{events: 7, deltas: 4, usageC: 6, usageP: 12, hasUsage: true, finished: true, done: true, tokens: 6}},
+		{name: "tgi no space crlf", stream: "data:{\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\r\n\r\ndata:{\"choices\":[{\"delta\":{\"content\":\"b\"},\"finish_reason\":\"length\"}]}\r\n\r\ndata:[DONE]\r\n\r\n",
+			want: sseWant{events: 2, deltas: 2, finished: true, done: true, tokens: 2}},
+		{name: "completions text", stream: "data: {\"choices\":[{\"text\":\"a\"},{\"text\":\"b\",\"index\":1}]}\n\ndata: {\"choices\":[{\"text\":\"\"}]}\n\n",
+			want: sseWant{events: 2, deltas: 2, tokens: 2}},
+		{name: "comments and fields ignored", stream: ": ping\n\nevent: message\nid: 3\nretry: 10\ndata: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n",
+			want: sseWant{events: 1, deltas: 1, tokens: 1}},
+		{name: "continuous usage keeps max", stream: "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}],\"usage\":{\"completion_tokens\":1,\"prompt_tokens\":3}}\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"b\"}}],\"usage\":{\"completion_tokens\":2,\"prompt_tokens\":3}}\n\n",
+			want: sseWant{events: 2, deltas: 2, usageC: 2, usageP: 3, hasUsage: true, tokens: 2}},
+		{name: "garbage data", stream: "data: {not json\n\ndata: 42\n\n",
+			want: sseWant{events: 2}},
+		{name: "oversized event skipped", stream: big + vllmChatStream,
+			want: sseWant{events: 8, deltas: 5, oversized: 1, usageC: 6, usageP: 12, hasUsage: true, finished: true, done: true, tokens: 6}},
+		{name: "unterminated last line", stream: "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}",
+			want: sseWant{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var c StreamCounter
+			c.Write([]byte(tt.stream))
+			if got := counts(&c); got != tt.want {
+				t.Errorf("StreamCounter(%.60q) = %+v, want %+v", tt.stream, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestStreamCounterSplits feeds each stream split at every byte boundary (in
+// two chunks, and one byte at a time) and expects the same counts.
+func TestStreamCounterSplits(t *testing.T) {
+	big := "data: {\"choices\":[{\"delta\":{\"content\":\"" + strings.Repeat("y", MaxLineBytes-40) + "\"}}]}\n\n"
+	for _, stream := range []string{vllmChatStream, big + vllmChatStream} {
+		var whole StreamCounter
+		whole.Write([]byte(stream))
+		want := counts(&whole)
+		b := []byte(stream)
+		var c StreamCounter
+		for i := 0; i <= len(b); i++ {
+			c.Reset()
+			c.Write(b[:i])
+			c.Write(b[i:])
+			if got := counts(&c); got != want {
+				t.Fatalf("StreamCounter split at %d = %+v, want %+v", i, got, want)
+			}
+		}
+		c.Reset()
+		for i := range b {
+			c.Write(b[i : i+1])
+		}
+		if got := counts(&c); got != want {
+			t.Fatalf("StreamCounter byte by byte = %+v, want %+v", got, want)
+		}
+	}
+}
+
+func TestParseUsage(t *testing.T) {
+	tests := []struct {
+		name string
+		body string
+		want Usage
+		ok   bool
+	}{
+		{name: "vllm", body: `{"id":"x","choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":5,"total_tokens":7,"completion_tokens":2}}`,
+			want: Usage{PromptTokens: 5, CompletionTokens: 2}, ok: true},
+		{name: "no usage", body: `{"choices":[{"usage":{"completion_tokens":3}}]}`},
+		{name: "null usage", body: `{"usage":null}`},
+		{name: "negative", body: `{"usage":{"completion_tokens":-1}}`},
+		{name: "not json", body: `<html>`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := ParseUsage([]byte(tt.body))
+			if got != tt.want || ok != tt.ok {
+				t.Errorf("ParseUsage(%q) = %+v, %v, want %+v, %v", tt.body, got, ok, tt.want, tt.ok)
+			}
+		})
+	}
+}
