@@ -24,7 +24,7 @@ import (
 // Bounds: each replica holds at most its KV capacity in checkpoints (set
 // with SetCapacityTokens), and the whole table at most its entry budget;
 // beyond either, the least recently recorded entries go (in batches of
-// about an eighth of the recency range, so eviction is amortized O(1)).
+// about a quarter of the entries, so eviction is amortized O(1)).
 //
 // Not safe for concurrent use. The zero value is not ready; use
 // NewPrefixIndex or UnmarshalBinary.
@@ -229,34 +229,50 @@ func (x *PrefixIndex) insert(e indexEntry) {
 	x.count[e.rep-1]++
 }
 
-// evict removes the oldest entries of replica (or of all replicas when
-// replica < 0): those in the oldest eighth of the recency range, at least
-// one. Stamps are compared relative to the clock, so wrap-around is safe.
+// evict removes about the oldest quarter (by count) of replica's entries, or
+// of all entries when replica < 0, at least one: a 64-bucket histogram of
+// ages finds the cut in three passes, so eviction is amortized O(1) per
+// insert. Ages are clock − stamp, so clock wrap-around is harmless.
 func (x *PrefixIndex) evict(replica int) {
-	var oldest, newest uint32 // ages: clock - stamp
-	found := false
 	want := uint16(replica + 1)
-	for i := range x.slots {
-		e := &x.slots[i]
-		if e.rep == 0 || e.rep == tombRep || (replica >= 0 && e.rep != want) {
-			continue
-		}
-		age := x.clock - e.stamp
-		if !found {
-			oldest, newest, found = age, age, true
-		}
-		oldest, newest = max(oldest, age), min(newest, age)
+	live := func(e *indexEntry) bool {
+		return e.rep != 0 && e.rep != tombRep && (replica < 0 || e.rep == want)
 	}
-	if !found {
+	var oldest, newest uint32
+	n := 0
+	for i := range x.slots {
+		if e := &x.slots[i]; live(e) {
+			age := x.clock - e.stamp
+			if n == 0 {
+				oldest, newest = age, age
+			}
+			oldest, newest = max(oldest, age), min(newest, age)
+			n++
+		}
+	}
+	if n == 0 {
 		return
 	}
-	cut := oldest - (oldest-newest)/8
+	const buckets = 64
+	// Power-of-two buckets: a shift, not a division, per entry.
+	shift := uint(max(bits.Len32(oldest-newest)-6, 0))
+	bucket := func(age uint32) int { return int((age - newest) >> shift) }
+	var hist [buckets]int
 	for i := range x.slots {
-		e := &x.slots[i]
-		if e.rep == 0 || e.rep == tombRep || (replica >= 0 && e.rep != want) {
-			continue
+		if e := &x.slots[i]; live(e) {
+			hist[bucket(x.clock-e.stamp)]++
 		}
-		if x.clock-e.stamp >= cut {
+	}
+	// Remove whole buckets from the oldest until a quarter is gone.
+	target, cut, sum := max(n/4, 1), buckets-1, 0
+	for ; cut > 0; cut-- {
+		sum += hist[cut]
+		if sum >= target {
+			break
+		}
+	}
+	for i := range x.slots {
+		if e := &x.slots[i]; live(e) && bucket(x.clock-e.stamp) >= cut {
 			x.count[e.rep-1]--
 			e.rep = tombRep
 			x.used--

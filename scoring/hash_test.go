@@ -1,0 +1,165 @@
+package scoring
+
+import (
+	"math/rand/v2"
+	"strings"
+	"testing"
+)
+
+// TestHashStable pins values: the hash must agree across processes, VMs
+// and gateways, so a change to it is a wire change.
+func TestHashStable(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+	}{
+		{name: "empty", in: ""},
+		{name: "short", in: "hello"},
+		{name: "word", in: "10.0.0.1:8000"},
+		{name: "long", in: strings.Repeat("abcdefghij", 10)},
+	}
+	seen := map[uint64]string{}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, b := HashString(tt.in), HashString(tt.in)
+			if a != b {
+				t.Fatalf("HashString(%q) = %#x then %#x, want equal", tt.in, a, b)
+			}
+			if prev, ok := seen[a]; ok {
+				t.Fatalf("HashString(%q) = HashString(%q) = %#x", tt.in, prev, a)
+			}
+			seen[a] = tt.in
+		})
+	}
+	// Golden values: the hash is a wire format (shared data, cross-gateway
+	// rendezvous); changing it must be deliberate.
+	golden := []struct {
+		in   string
+		want uint64
+	}{
+		{in: "hello", want: 0xa8d6ec94fb8249d2},
+		{in: strings.Repeat("abcdefghij", 10), want: 0xb912884120e871d2},
+	}
+	for _, g := range golden {
+		if got := HashString(g.in); got != g.want {
+			t.Errorf("HashString(%q) = %#x, want %#x", g.in, got, g.want)
+		}
+	}
+}
+
+func TestPrefixHasherStreaming(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	text := make([]byte, 5000)
+	for i := range text {
+		text[i] = byte('a' + rng.IntN(26))
+	}
+	var whole, parts PrefixHasher
+	whole.Init(64, 0)
+	parts.Init(64, 0)
+	whole.Reset("llama", "")
+	whole.Write(text)
+	for iter := 0; iter < 50; iter++ {
+		parts.Reset("llama", "")
+		rest := text
+		for len(rest) > 0 {
+			n := min(len(rest), 1+rng.IntN(200))
+			if iter%2 == 0 {
+				parts.Write(rest[:n])
+			} else {
+				parts.WriteString(string(rest[:n]))
+			}
+			rest = rest[n:]
+		}
+		if !equalChains(whole.Chain(), parts.Chain()) {
+			t.Fatalf("chain of split writes differs from one write (iter %d)", iter)
+		}
+	}
+	if got, want := len(whole.Chain()), 5000/64; got != want {
+		t.Fatalf("len(Chain()) = %d, want %d full blocks", got, want)
+	}
+	if whole.Chars() != 5000 || whole.Tokens() != 1250 {
+		t.Fatalf("Chars, Tokens = %d, %d, want 5000, 1250", whole.Chars(), whole.Tokens())
+	}
+}
+
+func TestPrefixHasherChain(t *testing.T) {
+	var h PrefixHasher
+	h.Init(16, 0)
+	chainOf := func(model, adapter, text string) []uint64 {
+		h.Reset(model, adapter)
+		h.WriteString(text)
+		return append([]uint64(nil), h.Chain()...)
+	}
+	base := chainOf("m", "", "system prompt 0123456789abcdef user question one!")
+	other := chainOf("m", "", "system prompt 0123456789abcdef user question two?")
+	tests := []struct {
+		name   string
+		a, b   []uint64
+		common int
+	}{
+		{name: "shared prefix blocks equal", a: base, b: other, common: 2},
+		{name: "adapter seeds differ", a: base, b: chainOf("m", "fr", "system prompt 0123456789abcdef user question one!"), common: 0},
+		{name: "model seeds differ", a: base, b: chainOf("n", "", "system prompt 0123456789abcdef user question one!"), common: 0},
+		{name: "first block change breaks chain", a: base, b: chainOf("m", "", "SYSTEM prompt 0123456789abcdef user question one!"), common: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := 0
+			for c < min(len(tt.a), len(tt.b)) && tt.a[c] == tt.b[c] {
+				c++
+			}
+			if c != tt.common {
+				t.Fatalf("common blocks = %d, want %d", c, tt.common)
+			}
+		})
+	}
+	// Only full blocks count; the chain caps at maxBlocks.
+	h.Init(16, 3)
+	h.WriteString(strings.Repeat("x", 100))
+	if len(h.Chain()) != 3 || h.Chars() != 100 {
+		t.Fatalf("capped chain = %d blocks, %d chars, want 3, 100", len(h.Chain()), h.Chars())
+	}
+}
+
+func equalChains(a, b []uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestHashAllocs(t *testing.T) {
+	var h PrefixHasher
+	h.Init(64, 0)
+	text := []byte(strings.Repeat("The quick brown fox jumps over the lazy dog. ", 700))
+	allocs := testing.AllocsPerRun(100, func() {
+		h.Reset("llama-3-8b", "fr")
+		h.Write(text[:1000])
+		h.Write(text[1000:])
+		h.WriteString("tail")
+		_ = HashString("10.0.0.1:8000")
+	})
+	if allocs != 0 {
+		t.Fatalf("PrefixHasher allocs = %v, want 0", allocs)
+	}
+}
+
+func BenchmarkPrefixHash32KB(b *testing.B) {
+	var h PrefixHasher
+	h.Init(DefaultBlockChars, 0)
+	text := make([]byte, 32<<10)
+	for i := range text {
+		text[i] = byte(' ' + i%90)
+	}
+	b.ReportAllocs()
+	b.SetBytes(int64(len(text)))
+	for b.Loop() {
+		h.Reset("llama-3-8b", "")
+		h.Write(text)
+	}
+}

@@ -1,0 +1,231 @@
+package scoring
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"testing"
+)
+
+// chainN returns a synthetic chain of n blocks sharing the first shared
+// blocks with every other chain of the same family.
+func chainN(family, variant uint64, n, shared int) []uint64 {
+	c := make([]uint64, n)
+	h := fmix(family + 1)
+	for i := range c {
+		if i == shared {
+			h = fmix(h ^ (variant+1)*mixK1)
+		}
+		h = fmix(h + mixK0)
+		c[i] = h
+	}
+	return c
+}
+
+func TestPrefixIndexLookup(t *testing.T) {
+	x := NewPrefixIndex(IndexConfig{BlockChars: 64, Stride: 4})
+	bt := 64 / CharsPerToken
+	long := chainN(1, 0, 100, 100)
+	x.Record(0, long)
+	x.Record(2, long[:37])
+	x.Record(3, chainN(1, 9, 60, 20)) // shares 20 blocks with long
+	tests := []struct {
+		name  string
+		chain []uint64
+		want  []int
+	}{
+		{name: "full chain", chain: long, want: []int{100 * bt, 0, 37 * bt, 20 * bt}},
+		// Resolution is the stride (4 blocks) except at a recorded tip.
+		{name: "shorter query", chain: long[:50], want: []int{48 * bt, 0, 37 * bt, 20 * bt}},
+		{name: "odd tip", chain: long[:39], want: []int{36 * bt, 0, 37 * bt, 20 * bt}},
+		{name: "exact tip", chain: long[:37], want: []int{36 * bt, 0, 37 * bt, 20 * bt}},
+		{name: "unrelated", chain: chainN(2, 0, 80, 80), want: []int{0, 0, 0, 0}},
+		{name: "empty", chain: nil, want: []int{0, 0, 0, 0}},
+	}
+	out := make([]int, 4)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			x.Lookup(tt.chain, out)
+			for i := range out {
+				if out[i] != tt.want[i] {
+					t.Fatalf("Lookup(%s) = %v, want %v", tt.name, out, tt.want)
+				}
+			}
+		})
+	}
+	x.Forget(0)
+	x.Lookup(long, out)
+	if out[0] != 0 {
+		t.Fatalf("Lookup after Forget(0) = %v, want out[0] = 0", out)
+	}
+}
+
+func TestPrefixIndexBounds(t *testing.T) {
+	x := NewPrefixIndex(IndexConfig{BlockChars: 64, Stride: 4, MaxEntries: 256, MaxReplicas: 4})
+	// Replica 1 holds 16k tokens: 1000 blocks of 16 tokens, 250 checkpoints.
+	x.SetCapacityTokens(1, 16*4*20) // 20 checkpoints
+	out := make([]int, 4)
+	for i := 0; i < 200; i++ {
+		x.Record(i%4, chainN(uint64(i), 0, 40, 40))
+		if x.Len() > 256 {
+			t.Fatalf("Len() = %d after %d records, want ≤ 256", x.Len(), i)
+		}
+		if x.count[1] > 20 {
+			t.Fatalf("replica 1 entries = %d, want ≤ 20 (its KV capacity)", x.count[1])
+		}
+	}
+	// The most recent chain survives; the oldest does not.
+	x.Lookup(chainN(199, 0, 40, 40), out)
+	if out[3] != 40*16 {
+		t.Fatalf("Lookup(newest) = %v, want replica 3 = %d", out, 40*16)
+	}
+	x.Lookup(chainN(0, 0, 40, 40), out)
+	if out[0] != 0 {
+		t.Fatalf("Lookup(oldest) = %v, want evicted", out)
+	}
+}
+
+func TestPrefixIndexEncoding(t *testing.T) {
+	x := NewPrefixIndex(IndexConfig{})
+	rng := rand.New(rand.NewPCG(5, 6))
+	for i := 0; i < 300; i++ {
+		x.Record(rng.IntN(64), chainN(uint64(rng.IntN(40)), uint64(i), 20+rng.IntN(200), 10+rng.IntN(50)))
+	}
+	b, err := x.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) != x.EncodedLen() || len(b) > 48<<10 {
+		t.Fatalf("encoded %d bytes (EncodedLen %d), want equal and ≤ 48 KiB", len(b), x.EncodedLen())
+	}
+	var y PrefixIndex
+	if err := y.UnmarshalBinary(b); err != nil {
+		t.Fatalf("UnmarshalBinary(MarshalBinary()) = %v", err)
+	}
+	o1, o2 := make([]int, 64), make([]int, 64)
+	for i := 0; i < 40; i++ {
+		c := chainN(uint64(i), 0, 250, 60)
+		x.Lookup(c, o1)
+		y.Lookup(c, o2)
+		for r := range o1 {
+			if o1[r] != o2[r] {
+				t.Fatalf("decoded Lookup = %v, want %v", o2, o1)
+			}
+		}
+	}
+	bad := []struct {
+		name string
+		b    []byte
+	}{
+		{name: "empty", b: nil},
+		{name: "version", b: append([]byte{9}, b[1:]...)},
+		{name: "truncated", b: b[:len(b)-3]},
+		{name: "stride zero", b: append([]byte{1, 0}, b[2:]...)},
+	}
+	for _, tt := range bad {
+		t.Run(tt.name, func(t *testing.T) {
+			var z PrefixIndex
+			if err := z.UnmarshalBinary(tt.b); err == nil {
+				t.Fatalf("UnmarshalBinary(%s) = nil, want error", tt.name)
+			}
+			if z.Len() != 0 {
+				t.Fatalf("after error Len() = %d, want 0", z.Len())
+			}
+		})
+	}
+}
+
+func FuzzPrefixIndexDecode(f *testing.F) {
+	x := NewPrefixIndex(IndexConfig{MaxEntries: 64, MaxReplicas: 4})
+	x.Record(1, chainN(1, 0, 30, 30))
+	x.SetCapacityTokens(2, 1000)
+	seed, _ := x.MarshalBinary()
+	f.Add(seed)
+	f.Add([]byte{})
+	f.Add([]byte{1, 4, 7, 0, 64, 0, 4, 0, 64, 0, 0, 0, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var y PrefixIndex
+		if err := y.UnmarshalBinary(b); err != nil {
+			if y.Len() != 0 {
+				t.Fatalf("UnmarshalBinary error left %d entries", y.Len())
+			}
+			return
+		}
+		enc, _ := y.AppendBinary(nil)
+		var z PrefixIndex
+		if err := z.UnmarshalBinary(enc); err != nil {
+			t.Fatalf("UnmarshalBinary(AppendBinary()) = %v", err)
+		}
+		enc2, _ := z.AppendBinary(nil)
+		if len(enc) != len(enc2) || !bytes.Equal(enc[:indexHeaderLen], enc2[:indexHeaderLen]) {
+			t.Fatalf("re-encoding changed: %d vs %d bytes", len(enc), len(enc2))
+		}
+		out := make([]int, y.cfg.MaxReplicas)
+		y.Lookup(chainN(1, 0, 30, 30), out)
+		y.Record(0, chainN(2, 0, 10, 10))
+	})
+}
+
+func TestLookupAllocs(t *testing.T) {
+	x, chain := benchIndex()
+	out := make([]int, 64)
+	if a := testing.AllocsPerRun(100, func() { x.Lookup(chain, out) }); a != 0 {
+		t.Fatalf("Lookup allocs = %v, want 0", a)
+	}
+	if a := testing.AllocsPerRun(100, func() { x.Record(5, chain) }); a != 0 {
+		t.Fatalf("Record allocs = %v, want 0", a)
+	}
+}
+
+// benchIndex: 64 replicas, each holding several chains that share a
+// 100-block system prompt, and a 512-block query chain.
+func benchIndex() (*PrefixIndex, []uint64) {
+	x := NewPrefixIndex(IndexConfig{MaxReplicas: 64})
+	for r := 0; r < 64; r++ {
+		for j := 0; j < 3; j++ {
+			x.Record(r, chainN(uint64(r%8), uint64(r*10+j), 150, 100))
+		}
+	}
+	return x, chainN(3, 999, 512, 100)
+}
+
+func BenchmarkIndexLookup512x64(b *testing.B) {
+	x, chain := benchIndex()
+	out := make([]int, 64)
+	b.ReportAllocs()
+	for b.Loop() {
+		x.Lookup(chain, out)
+	}
+}
+
+func BenchmarkIndexRecord512(b *testing.B) {
+	x, chain := benchIndex()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		x.Record(i%64, chain)
+		i++
+	}
+}
+
+func BenchmarkIndexEncode(b *testing.B) {
+	x, _ := benchIndex()
+	buf := make([]byte, 0, x.EncodedLen())
+	b.ReportAllocs()
+	for b.Loop() {
+		buf, _ = x.AppendBinary(buf[:0])
+	}
+	b.SetBytes(int64(len(buf)))
+}
+
+func BenchmarkIndexDecode(b *testing.B) {
+	x, _ := benchIndex()
+	enc, _ := x.MarshalBinary()
+	var y PrefixIndex
+	b.ReportAllocs()
+	b.SetBytes(int64(len(enc)))
+	for b.Loop() {
+		if err := y.UnmarshalBinary(enc); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
