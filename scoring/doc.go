@@ -13,6 +13,6 @@
 //	h, _ := scoring.LookupHardware("h100")
 //	replicas := []scoring.Replica{{Addr: "10.0.0.1:8000", Hardware: h, Healthy: true}}
 //	var d scoring.Decision
-//	scoring.Pick(&scoring.DefaultParams, &req, replicas, nil, nil, nowNanos, &d)
+//	scoring.Pick(&scoring.DefaultParams(), &req, replicas, nil, nil, nowNanos, &d)
 //	// d.Index is the chosen replica (or -1), d.Explain says why.
 package scoring

@@ -105,59 +105,62 @@ const (
 //   - Per-sequence decode step growth: each extra sequence reads its own KV
 //     (~1k tokens × 128 KiB = 128 MB) per step: 0.04 ms on H100 at 3.35 TB/s,
 //     rounded up for compute; scaled by bandwidth for the others.
-var defaultProfiles = [...]Hardware{
-	{
-		Name:                  HardwareH100,
-		PrefillFixedSec:       0.030,
-		PrefillSecPerToken:    0.15e-3,
-		PrefillSecPerToken2:   2.5e-9,
-		DecodeStepSec:         0.012,
-		DecodeStepSecPerSeq:   0.06e-3,
-		AdapterLoadHostSec:    0.015,
-		AdapterLoadStorageSec: 1.5,
-		KVCapacityTokens:      400_000,
-	},
-	{
-		Name:                  HardwareA100,
-		PrefillFixedSec:       0.040,
-		PrefillSecPerToken:    0.30e-3,
-		PrefillSecPerToken2:   5e-9,
-		DecodeStepSec:         0.020,
-		DecodeStepSecPerSeq:   0.10e-3,
-		AdapterLoadHostSec:    0.025,
-		AdapterLoadStorageSec: 1.5,
-		KVCapacityTokens:      400_000,
-	},
-	{
-		Name:                  HardwareL40S,
-		PrefillFixedSec:       0.050,
-		PrefillSecPerToken:    0.60e-3,
-		PrefillSecPerToken2:   1e-8,
-		DecodeStepSec:         0.030,
-		DecodeStepSecPerSeq:   0.25e-3,
-		AdapterLoadHostSec:    0.025,
-		AdapterLoadStorageSec: 2.0,
-		KVCapacityTokens:      200_000,
-	},
-	{
-		Name:                  HardwareL4,
-		PrefillFixedSec:       0.060,
-		PrefillSecPerToken:    1.2e-3,
-		PrefillSecPerToken2:   2e-8,
-		DecodeStepSec:         0.065,
-		DecodeStepSecPerSeq:   0.70e-3,
-		AdapterLoadHostSec:    0.030,
-		AdapterLoadStorageSec: 2.5,
-		KVCapacityTokens:      40_000,
-	},
+func defaultProfiles() [4]Hardware {
+	return [4]Hardware{
+		{
+			Name:                  HardwareH100,
+			PrefillFixedSec:       0.030,
+			PrefillSecPerToken:    0.15e-3,
+			PrefillSecPerToken2:   2.5e-9,
+			DecodeStepSec:         0.012,
+			DecodeStepSecPerSeq:   0.06e-3,
+			AdapterLoadHostSec:    0.015,
+			AdapterLoadStorageSec: 1.5,
+			KVCapacityTokens:      400_000,
+		},
+		{
+			Name:                  HardwareA100,
+			PrefillFixedSec:       0.040,
+			PrefillSecPerToken:    0.30e-3,
+			PrefillSecPerToken2:   5e-9,
+			DecodeStepSec:         0.020,
+			DecodeStepSecPerSeq:   0.10e-3,
+			AdapterLoadHostSec:    0.025,
+			AdapterLoadStorageSec: 1.5,
+			KVCapacityTokens:      400_000,
+		},
+		{
+			Name:                  HardwareL40S,
+			PrefillFixedSec:       0.050,
+			PrefillSecPerToken:    0.60e-3,
+			PrefillSecPerToken2:   1e-8,
+			DecodeStepSec:         0.030,
+			DecodeStepSecPerSeq:   0.25e-3,
+			AdapterLoadHostSec:    0.025,
+			AdapterLoadStorageSec: 2.0,
+			KVCapacityTokens:      200_000,
+		},
+		{
+			Name:                  HardwareL4,
+			PrefillFixedSec:       0.060,
+			PrefillSecPerToken:    1.2e-3,
+			PrefillSecPerToken2:   2e-8,
+			DecodeStepSec:         0.065,
+			DecodeStepSecPerSeq:   0.70e-3,
+			AdapterLoadHostSec:    0.030,
+			AdapterLoadStorageSec: 2.5,
+			KVCapacityTokens:      40_000,
+		},
+	}
 }
 
 // LookupHardware returns the built-in profile named name (case-insensitive:
 // "H100", "h100"), and false if there is none.
 func LookupHardware(name string) (Hardware, bool) {
-	for i := range defaultProfiles {
-		if strings.EqualFold(defaultProfiles[i].Name, name) {
-			return defaultProfiles[i], true
+	ps := defaultProfiles()
+	for i := range ps {
+		if strings.EqualFold(ps[i].Name, name) {
+			return ps[i], true
 		}
 	}
 	return Hardware{}, false
@@ -165,13 +168,14 @@ func LookupHardware(name string) (Hardware, bool) {
 
 // HardwareNames returns the names of the built-in profiles, fastest first.
 func HardwareNames() []string {
-	out := make([]string, len(defaultProfiles))
-	for i := range defaultProfiles {
-		out[i] = defaultProfiles[i].Name
+	ps := defaultProfiles()
+	out := make([]string, len(ps))
+	for i := range ps {
+		out[i] = ps[i].Name
 	}
 	return out
 }
 
 // DefaultHardware returns the H100 profile, used for a replica whose
 // hardware is unknown.
-func DefaultHardware() Hardware { return defaultProfiles[0] }
+func DefaultHardware() Hardware { return defaultProfiles()[0] }

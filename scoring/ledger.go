@@ -140,7 +140,7 @@ func outputKey(model, adapter string) uint64 {
 // adapter replaces it when lower; with neither, Params.DefaultOutputTokens.
 func (l *Ledger) ExpectedOutput(req *Request) int64 {
 	learned := -1.0
-	def := int64(DefaultParams.DefaultOutputTokens)
+	def := int64(DefaultParams().DefaultOutputTokens)
 	if l != nil {
 		def = int64(l.p.DefaultOutputTokens)
 		key := outputKey(req.Model, req.Adapter)

@@ -7,7 +7,7 @@ import (
 )
 
 // Params are the decision's tunables. The zero value is invalid; start from
-// DefaultParams and check changes with Validate.
+// DefaultParams() and check changes with Validate.
 type Params struct {
 	// StaleAfter is how old a replica's snapshot may be before its state is
 	// uncertain (default 2s: 40 scrape intervals of llm-d's 50 ms, several
@@ -40,16 +40,18 @@ type Params struct {
 	DefaultOutputTokens int
 }
 
-// DefaultParams holds the documented defaults. Copy it before changing.
-var DefaultParams = Params{
-	StaleAfter:          2 * time.Second,
-	StalePenaltySec:     0.25,
-	AdapterMemory:       60 * time.Second,
-	AdapterToleranceSec: 0,
-	TieEpsilonSec:       0.001,
-	HomeBlocks:          4,
-	DefaultPromptTokens: 1000,
-	DefaultOutputTokens: 256,
+// DefaultParams returns the documented defaults.
+func DefaultParams() Params {
+	return Params{
+		StaleAfter:          2 * time.Second,
+		StalePenaltySec:     0.25,
+		AdapterMemory:       60 * time.Second,
+		AdapterToleranceSec: 0,
+		TieEpsilonSec:       0.001,
+		HomeBlocks:          4,
+		DefaultPromptTokens: 1000,
+		DefaultOutputTokens: 256,
+	}
 }
 
 // Validate reports the first parameter outside its range, quoting it.

@@ -28,21 +28,24 @@ const (
 	ReasonTieBreak
 )
 
-var reasonNames = [...]string{
-	ReasonNoReplica:       "no-replica",
-	ReasonOnlyReplica:     "only-replica",
-	ReasonLeastLoaded:     "least-loaded",
-	ReasonPrefixAffinity:  "prefix-affinity",
-	ReasonAdapterResident: "adapter-resident",
-	ReasonFasterHardware:  "faster-hardware",
-	ReasonTieBreak:        "tie-break",
-}
-
 // String returns the reason's kebab-case name (stable: used in stats names
 // and the explanation header).
 func (r Reason) String() string {
-	if int(r) < len(reasonNames) {
-		return reasonNames[r]
+	switch r {
+	case ReasonNoReplica:
+		return "no-replica"
+	case ReasonOnlyReplica:
+		return "only-replica"
+	case ReasonLeastLoaded:
+		return "least-loaded"
+	case ReasonPrefixAffinity:
+		return "prefix-affinity"
+	case ReasonAdapterResident:
+		return "adapter-resident"
+	case ReasonFasterHardware:
+		return "faster-hardware"
+	case ReasonTieBreak:
+		return "tie-break"
 	}
 	return "unknown"
 }
@@ -143,6 +146,7 @@ func Pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 
 	best := math.Inf(1)
 	minWait := math.Inf(1)
+	var noWork repAcc // the ledger view of a replica without a ledger
 	for i := range replicas {
 		r := &replicas[i]
 		cands[i].Index = -1
@@ -154,8 +158,8 @@ func Pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 			d.Draining++
 			continue
 		}
-		var c Candidate
-		c.Index = i
+		c := &cands[i]
+		*c = Candidate{Index: i}
 		h := &r.Hardware
 
 		// A(r, a).
@@ -163,6 +167,7 @@ func Pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 			a, ok := adapterCost(p, r, req.Adapter, l != nil && l.marked(i))
 			if !ok {
 				d.NoAdapterSlot++
+				c.Index = -1
 				continue
 			}
 			c.AdapterSec = a
@@ -177,12 +182,12 @@ func Pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 
 		// W(r): reported queue and batch, with the ledger's exact tokens
 		// for its own requests and means for the rest.
-		var acc repAcc
+		acc := &noWork
 		if l != nil && i < len(l.reps) {
 			if l.reps[i].syncedSnap != r.ScrapedNanos {
 				l.sync(i, r.ScrapedNanos)
 			}
-			acc = l.reps[i]
+			acc = &l.reps[i]
 		}
 		waiting, running := int64(max(r.WaitingRequests, 0)), int64(max(r.RunningRequests, 0))
 		seenLocal := max(acc.queuedN+acc.decodeN-acc.unseenN, 0)
@@ -217,11 +222,12 @@ func Pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		if math.IsNaN(t) {
 			t = math.Inf(1)
 		}
-		cands[i] = c
 		d.Eligible++
 		best = min(best, t)
 		minWait = min(minWait, w)
-		d.insertTop(c)
+		if d.NumTop < TopN || t < d.Top[TopN-1].TotalSec() {
+			d.insertTop(c)
+		}
 	}
 	if d.Eligible == 0 {
 		return
@@ -299,7 +305,7 @@ func (d *Decision) loadAvoided() bool {
 
 // insertTop keeps d.Top sorted by total, cheapest first; equal totals keep
 // replica order, so the list is deterministic.
-func (d *Decision) insertTop(c Candidate) {
+func (d *Decision) insertTop(c *Candidate) {
 	t := c.TotalSec()
 	pos := d.NumTop
 	for pos > 0 && t < d.Top[pos-1].TotalSec() {
@@ -310,7 +316,7 @@ func (d *Decision) insertTop(c Candidate) {
 	}
 	end := min(d.NumTop, TopN-1)
 	copy(d.Top[pos+1:end+1], d.Top[pos:end])
-	d.Top[pos] = c
+	d.Top[pos] = *c
 	if d.NumTop < TopN {
 		d.NumTop++
 	}

@@ -25,7 +25,7 @@ func fleet(hw string, n int, now int64) []Replica {
 func linear(h Hardware) Hardware { h.PrefillSecPerToken2 = 0; return h }
 
 // exactParams has no tie epsilon, so the rule can be checked exactly.
-func exactParams() Params { p := DefaultParams; p.TieEpsilonSec = 0; return p }
+func exactParams() Params { p := DefaultParams(); p.TieEpsilonSec = 0; return p }
 
 // TestPickProposition checks DESIGN.md §1's proposition: with two
 // replicas, warm A wins exactly when W(A) − W(B) < P(n) − P(n−k); with
@@ -187,7 +187,7 @@ func TestFixedPoliciesLose(t *testing.T) {
 // replica; balancing tokens does not.
 func TestTokenBalancingBeatsCounts(t *testing.T) {
 	now := 10 * sec
-	p := DefaultParams
+	p := DefaultParams()
 	pattern := []int{20000, 20, 20, 20} // repeated
 	run := func(byCount bool) (tokens [2]int64) {
 		rs := fleet("h100", 2, now)
@@ -270,7 +270,7 @@ func TestAdapterTolerance(t *testing.T) {
 // counts as residency until it expires.
 func TestAdapterMemory(t *testing.T) {
 	now := 10 * sec
-	p := DefaultParams
+	p := DefaultParams()
 	l := NewLedger(p, 2, 8)
 	rs := fleet("h100", 2, now)
 	req := Request{PromptTokens: 100, Adapter: "de"}
@@ -355,7 +355,7 @@ func TestPickEligibility(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := DefaultParams
+			p := DefaultParams()
 			rs := fleet("h100", 2, now)
 			tt.setup(rs)
 			if tt.req.PromptTokens == 0 {
@@ -374,7 +374,7 @@ func TestPickEligibility(t *testing.T) {
 // the replica that looked idle when it was taken.
 func TestLedgerSpreadsBurst(t *testing.T) {
 	now := 100 * sec
-	p := DefaultParams
+	p := DefaultParams()
 	rs := fleet("h100", 4, now)
 	l := NewLedger(p, 4, 64)
 	var d Decision
@@ -406,7 +406,7 @@ func TestLedgerSpreadsBurst(t *testing.T) {
 // another replica leaves.
 func TestTieBreakRendezvous(t *testing.T) {
 	now := 100 * sec
-	p := DefaultParams
+	p := DefaultParams()
 	rs := fleet("h100", 8, now)
 	var d Decision
 	homes := make(map[int]int)
@@ -439,7 +439,7 @@ func TestTieBreakRendezvous(t *testing.T) {
 }
 
 func TestRemainingOutputEstimate(t *testing.T) {
-	p := DefaultParams
+	p := DefaultParams()
 	l := NewLedger(p, 1, 8)
 	tests := []struct {
 		name     string
@@ -495,7 +495,7 @@ func TestParamsValidate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := DefaultParams
+			p := DefaultParams()
 			tt.mutate(&p)
 			err := p.Validate()
 			got := ""

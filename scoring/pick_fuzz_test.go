@@ -1,0 +1,142 @@
+package scoring
+
+import (
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+)
+
+// replicasFromBytes builds a fleet deterministically from fuzz input: 6
+// bytes per replica.
+func replicasFromBytes(b []byte, now int64) ([]Replica, []int) {
+	n := min(len(b)/6, 40)
+	rs := make([]Replica, n)
+	cached := make([]int, n)
+	names := HardwareNames()
+	for i := range rs {
+		c := b[i*6 : i*6+6]
+		h, _ := LookupHardware(names[int(c[0])%len(names)])
+		addr := "10.1.0." + strconv.Itoa(i) + ":80"
+		rs[i] = Replica{
+			Addr: addr, Hardware: h,
+			WaitingRequests: int(c[1] % 32), RunningRequests: int(c[2] % 64),
+			KVUsage:      float64(c[3]) / 200, // may exceed 1
+			Healthy:      c[4]&1 == 0,
+			Drain:        DrainState(c[4] >> 1 % 4),
+			AdapterSlots: int(c[5]%4) - 1,
+			ScrapedNanos: now - int64(c[5]>>2)*int64(1e8),
+		}
+		if c[4]&8 != 0 {
+			rs[i].DrainDeadlineNanos = now - 1
+		}
+		if c[5]&64 != 0 {
+			rs[i].Adapters = []Adapter{{Name: "fr", Tier: AdapterTier(c[3] % 3), Active: c[3]&4 != 0}}
+		}
+		cached[i] = int(c[2]) * 100
+	}
+	return rs, cached
+}
+
+func FuzzPick(f *testing.F) {
+	f.Add([]byte("abcdefghijklmnopqrstuvwx"), uint16(1000), false)
+	f.Add([]byte{0, 0, 0, 0, 0, 0, 1, 5, 5, 250, 2, 66}, uint16(0), true)
+	f.Add([]byte{}, uint16(10), true)
+	f.Fuzz(func(t *testing.T, b []byte, prompt uint16, adapter bool) {
+		now := int64(1e12)
+		rs, cached := replicasFromBytes(b, now)
+		req := Request{PromptTokens: int(prompt), Chain: []uint64{uint64(prompt) * mixK0}, MaxTokens: int(prompt % 500)}
+		if adapter {
+			req.Adapter = "fr"
+		}
+		p := DefaultParams()
+		l := NewLedger(p, 64, 16)
+		var d1, d2 Decision
+		Pick(&p, &req, rs, cached, l, now, &d1)
+		Pick(&p, &req, rs, cached, l, now, &d2)
+		if d1.Index != d2.Index || d1.Reason != d2.Reason {
+			t.Fatalf("Pick = %d (%v) then %d (%v), want equal", d1.Index, d1.Reason, d2.Index, d2.Reason)
+		}
+		if d1.Index < -1 || d1.Index >= len(rs) {
+			t.Fatalf("Pick = %d, want in [-1, %d)", d1.Index, len(rs))
+		}
+		if d1.Index < 0 {
+			if d1.Eligible != 0 || d1.Reason != ReasonNoReplica {
+				t.Fatalf("Pick = -1 with %d eligible (%v)", d1.Eligible, d1.Reason)
+			}
+			return
+		}
+		r := &rs[d1.Index]
+		if !r.Healthy || r.DrainAt(now) != Serving {
+			t.Fatalf("Pick = %d: healthy %v, drain %v; want a healthy serving replica", d1.Index, r.Healthy, r.DrainAt(now))
+		}
+		c, ok := d1.Chosen()
+		if !ok || c.Index != d1.Index || math.IsNaN(c.TotalSec()) || c.TotalSec() < 0 {
+			t.Fatalf("Chosen() = %+v, %v for index %d", c, ok, d1.Index)
+		}
+		if d1.Eligible+d1.Unhealthy+d1.Draining+d1.NoAdapterSlot != len(rs) {
+			t.Fatalf("counts %d+%d+%d+%d, want %d replicas", d1.Eligible, d1.Unhealthy, d1.Draining, d1.NoAdapterSlot, len(rs))
+		}
+		// Dispatch and progress never corrupt the ledger.
+		fl := l.Dispatch(d1.Index, &req, int(prompt), now)
+		l.Progress(fl, int(prompt%7))
+		l.Done(fl, int(prompt%300))
+		if l.InFlight() != 0 || l.reps[d1.Index] != (repAcc{syncedSnap: l.reps[d1.Index].syncedSnap}) {
+			t.Fatalf("ledger after Done = %+v, want empty", l.reps[d1.Index])
+		}
+	})
+}
+
+// benchFleet: n replicas with mixed load, cached prefixes, a ledger with
+// in-flight work, as a steady-state decision sees them.
+func benchFleet(n int) ([]Replica, []int, *Ledger, Request) {
+	now := int64(1e12)
+	rng := rand.New(rand.NewPCG(uint64(n), 7))
+	rs := fleet("h100", n, now)
+	names := HardwareNames()
+	cached := make([]int, n)
+	p := DefaultParams()
+	l := NewLedger(p, n, 1024)
+	for i := range rs {
+		rs[i].Hardware, _ = LookupHardware(names[i%len(names)])
+		rs[i].WaitingRequests = rng.IntN(8)
+		rs[i].RunningRequests = rng.IntN(64)
+		rs[i].KVUsage = rng.Float64()
+		rs[i].Adapters = []Adapter{{Name: "a" + strconv.Itoa(i%5), Tier: TierGPU, Active: true}, {Name: "fr", Tier: TierHost}}
+		cached[i] = rng.IntN(3000)
+		for j := 0; j < 3; j++ {
+			req := Request{PromptTokens: 1000, MaxTokens: 500}
+			f := l.Dispatch(i, &req, 800, now-int64(rng.IntN(1e9)))
+			if j == 0 {
+				l.Progress(f, 10)
+			}
+		}
+	}
+	req := Request{PromptTokens: 4000, Chain: []uint64{1, 2, 3, 4, 5}, Model: "llama", Adapter: "fr", MaxTokens: 256}
+	return rs, cached, l, req
+}
+
+func TestPickAllocs(t *testing.T) {
+	rs, cached, l, req := benchFleet(64)
+	p := DefaultParams()
+	var d Decision
+	Pick(&p, &req, rs, cached, l, 1e12, &d)
+	if a := testing.AllocsPerRun(100, func() { Pick(&p, &req, rs, cached, l, 1e12, &d) }); a != 0 {
+		t.Fatalf("Pick allocs = %v, want 0", a)
+	}
+}
+
+func BenchmarkPick(b *testing.B) {
+	for _, n := range []int{8, 64, 256} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			rs, cached, l, req := benchFleet(n)
+			p := DefaultParams()
+			var d Decision
+			Pick(&p, &req, rs, cached, l, 1e12, &d)
+			b.ReportAllocs()
+			for b.Loop() {
+				Pick(&p, &req, rs, cached, l, 1e12, &d)
+			}
+		})
+	}
+}
