@@ -129,7 +129,7 @@ type VM struct {
 	stack        [8]uint64
 	allocStack   [1]uint64
 	scratch      []byte
-	stderrTail   []byte
+	stderr       []byte // head of what the running callback wrote to stderr
 }
 
 type callResponse struct {
@@ -233,6 +233,7 @@ func (vm *VM) invoke(fn int, def uint64, n int, a0, a1, a2, a3, a4 uint64) (uint
 	if f == nil {
 		return def, nil
 	}
+	vm.stderr = vm.stderr[:0]
 	st := vm.stack[:]
 	st[0], st[1], st[2], st[3], st[4] = a0, a1, a2, a3, a4
 	if err := f.CallWithStack(vm.callCtx, st); err != nil {
@@ -276,10 +277,10 @@ type trapError struct {
 func (e *trapError) Error() string   { return e.msg }
 func (e *trapError) Unwrap() []error { return []error{ErrVMFailed, e.cause} }
 func (vm *VM) stderrSuffix() string {
-	if len(vm.stderrTail) == 0 {
+	if len(vm.stderr) == 0 {
 		return ""
 	}
-	return "; guest stderr: " + strconv.Quote(strings.TrimSpace(string(vm.stderrTail)))
+	return "; guest stderr: " + strconv.Quote(strings.TrimSpace(string(vm.stderr)))
 }
 
 func firstLine(s string) string {

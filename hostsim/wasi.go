@@ -134,9 +134,9 @@ func (h *Host) instantiateWASI(ctx context.Context) error {
 	return err
 }
 
-// stderrTailMax bounds the stderr kept for trap messages (a Go panic prints
-// its message and goroutine trace there).
-const stderrTailMax = 512
+// stderrHeadMax bounds the stderr kept for a trap message: a Go panic
+// prints its message first, then goroutine traces.
+const stderrHeadMax = 300
 
 func fdWrite(vm *VM, s []uint64) uint32 {
 	fd := u32(s, 0)
@@ -163,9 +163,8 @@ func fdWrite(vm *VM, s []uint64) uint32 {
 	lvl := LogInfo
 	if fd == 2 {
 		lvl = LogError
-		vm.stderrTail = append(vm.stderrTail, msg...)
-		if len(vm.stderrTail) > stderrTailMax {
-			vm.stderrTail = append(vm.stderrTail[:0], vm.stderrTail[len(vm.stderrTail)-stderrTailMax:]...)
+		if room := stderrHeadMax - len(vm.stderr); room > 0 {
+			vm.stderr = append(vm.stderr, msg[:min(room, len(msg))]...)
 		}
 	}
 	if len(msg) > 0 && msg[len(msg)-1] == '\n' {
