@@ -12,8 +12,9 @@ import "math"
 // prior profile's quadratic-to-linear ratio, so b scales the per-token
 // and attention terms together and a is the fixed cost. The fit is
 // weighted least squares with exponential forgetting (recent behaviour
-// wins), Huber-weighted against a running residual scale so a few
-// stalls (preemption, a GC pause, a retried request) do not drag it, and
+// wins), Huber-weighted against a running residual scale (and ignoring
+// residuals beyond 6 scales) so stalls (preemption, a GC pause, a retried
+// request) do not drag it, and
 // clamped to 1/16–16× the prior per-token cost (an H100 profile on an L4
 // is ~8× off) and to [0, 2 s] fixed cost.
 //
@@ -33,8 +34,10 @@ const (
 	CalibrationMinSamples = 8
 	// calForget is the forgetting factor: about 100 observations of memory.
 	calForget = 0.99
-	// calHuberK is the Huber threshold in units of the residual scale.
-	calHuberK = 2.5
+	// calHuberK is the Huber threshold in units of the residual scale
+	// (mean absolute residual); beyond calRejectK an observation is ignored.
+	calHuberK  = 2.5
+	calRejectK = 6
 	// calMaxRatio bounds the fitted per-token cost to prior/16 … prior×16.
 	calMaxRatio = 16
 	// calMaxFixedSec bounds the fitted fixed cost.
@@ -76,10 +79,15 @@ func (c *Calibrator) Observe(prior *Hardware, uncachedTokens int, ttftSec, queue
 	if c.n >= CalibrationMinSamples && c.scale > 0 {
 		h := c.Apply(prior)
 		r := math.Abs(y - h.PrefillSeconds(uncachedTokens))
-		if r > calHuberK*c.scale {
+		switch {
+		case r > calRejectK*c.scale:
+			w = 0 // a stall, not a prefill: ignore it
+		case r > calHuberK*c.scale:
 			w = calHuberK * c.scale / r
 		}
-		c.scale += 0.05 * (min(r, 4*c.scale) - c.scale)
+		// The scale follows winsorized residuals so outliers cannot
+		// inflate it and then hide behind it.
+		c.scale += 0.05 * (min(r, calHuberK*c.scale) - c.scale)
 	} else {
 		c.scale += (math.Abs(y-prior.PrefillSeconds(uncachedTokens)) - c.scale) / float64(c.n+1)
 	}

@@ -3,16 +3,28 @@
 //
 //	ETTFT(r) = W(r) + A(r, a) + P_r(n − k(r))
 //
-// where W is the work queued ahead on r (in tokens, converted to seconds by
-// r's [Hardware] profile), A the adapter load cost, P_r the prefill time of
-// the n − k(r) prompt tokens not already cached on r.
+// where W is the work queued ahead on r (counted in tokens, converted to
+// seconds by r's [Hardware] profile), A the adapter load cost, P_r the
+// prefill time of the n − k(r) prompt tokens not already cached on r.
 //
-// It is pure Go with no I/O, clock or global state, so the proxy-wasm plugin,
-// the simulator and tests call the same code:
+//	var h scoring.PrefixHasher
+//	h.Init(scoring.DefaultBlockChars, 0)
+//	h.Reset(model, adapter); h.Write(promptText)
+//	index.Lookup(h.Chain(), cached)                      // k per replica
+//	req := scoring.Request{PromptTokens: h.Tokens(), Chain: h.Chain(), Model: model}
+//	scoring.Pick(&params, &req, replicas, cached, ledger, nowNanos, &decision)
+//	f := ledger.Dispatch(decision.Index, &req, uncached, nowNanos); index.Record(decision.Index, h.Chain())
 //
-//	h, _ := scoring.LookupHardware("h100")
-//	replicas := []scoring.Replica{{Addr: "10.0.0.1:8000", Hardware: h, Healthy: true}}
-//	var d scoring.Decision
-//	scoring.Pick(&scoring.DefaultParams(), &req, replicas, nil, nil, nowNanos, &d)
-//	// d.Index is the chosen replica (or -1), d.Explain says why.
+// The package is pure Go: no I/O, no clock (time is an argument), no
+// randomness (ties break by rendezvous hashing of the prefix), no
+// package-level mutable state. It builds for GOOS=wasip1 and allocates
+// nothing per decision in steady state, so the proxy-wasm plugin, the
+// simulator and the tests run the same code.
+//
+// Pieces: [Hardware] (cost profiles with published defaults), [Replica] and
+// [Request] (the inputs), [Params] (tunables), [Pick] and [Decision] (the
+// rule and its explanation), [Ledger] (the router's own accounting between
+// metric scrapes), [PrefixHasher] and [PrefixIndex] (prefix identity and
+// who holds which prefix, with a compact binary encoding for shared data),
+// [Calibrator] (online fit of a replica's real prefill cost).
 package scoring
