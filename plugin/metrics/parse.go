@@ -502,10 +502,15 @@ func (p *Parser) line(b []byte, start, end int) int {
 		return lineBad
 	}
 	i = j
-	for i < end && isBlank(b[i]) {
-		i++
-	}
 	if i < end {
+		// A blank after the value announces a timestamp (expfmt rejects a
+		// bare trailing blank, and so do we, to agree on validity).
+		for i < end && isBlank(b[i]) {
+			i++
+		}
+		if i == end {
+			return lineBad
+		}
 		j = i
 		for j < end && !isBlank(b[j]) {
 			j++
