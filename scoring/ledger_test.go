@@ -1,0 +1,109 @@
+package scoring
+
+import (
+	"bytes"
+	"testing"
+)
+
+func sampleLedger() *Ledger {
+	p := DefaultParams()
+	l := NewLedger(p, 8, 32)
+	for i := 0; i < 12; i++ {
+		req := Request{PromptTokens: 100 * i, MaxTokens: 50 + i, Model: "m", Adapter: []string{"", "fr", "de"}[i%3]}
+		f := l.Dispatch(i%8, &req, 90*i, int64(i)*1e9)
+		switch i % 4 {
+		case 0:
+			l.Progress(f, i)
+		case 1:
+			l.Done(f, 40)
+		case 2:
+			l.FirstToken(f)
+		}
+	}
+	return l
+}
+
+func TestLedgerEncoding(t *testing.T) {
+	l := sampleLedger()
+	enc, err := l.AppendBinary(nil)
+	if err != nil || len(enc) != l.EncodedLen() {
+		t.Fatalf("AppendBinary = %d bytes, %v; want %d bytes", len(enc), err, l.EncodedLen())
+	}
+	m := NewLedger(DefaultParams(), 8, 32)
+	if err := m.UnmarshalBinary(enc); err != nil {
+		t.Fatalf("UnmarshalBinary(AppendBinary()) = %v", err)
+	}
+	for i := range l.reps {
+		a, b := l.reps[i], m.reps[i]
+		a.syncedSnap, b.syncedSnap, a.unseenN, b.unseenN, a.unseenTok, b.unseenTok = 0, 0, 0, 0, 0, 0
+		if a != b {
+			t.Fatalf("decoded replica %d = %+v, want %+v", i, b, a)
+		}
+	}
+	enc2, _ := m.AppendBinary(nil)
+	if !bytes.Equal(enc, enc2) {
+		t.Fatalf("re-encoding differs: %d vs %d bytes", len(enc), len(enc2))
+	}
+	bad := []struct {
+		name string
+		b    []byte
+		into *Ledger
+	}{
+		{name: "empty", b: nil, into: NewLedger(DefaultParams(), 8, 32)},
+		{name: "size mismatch", b: enc, into: NewLedger(DefaultParams(), 9, 32)},
+		{name: "truncated", b: enc[:len(enc)-1], into: NewLedger(DefaultParams(), 8, 32)},
+		{name: "version", b: append([]byte{7}, enc[1:]...), into: NewLedger(DefaultParams(), 8, 32)},
+	}
+	for _, tt := range bad {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := tt.into.UnmarshalBinary(tt.b); err == nil {
+				t.Fatalf("UnmarshalBinary(%s) = nil, want error", tt.name)
+			}
+			if tt.into.InFlight() != 0 {
+				t.Fatalf("after error InFlight() = %d, want 0", tt.into.InFlight())
+			}
+		})
+	}
+}
+
+func FuzzLedgerDecode(f *testing.F) {
+	enc, _ := sampleLedger().AppendBinary(nil)
+	f.Add(enc)
+	f.Add([]byte{1, 0, 8, 0, 32, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		l := NewLedger(DefaultParams(), 8, 32)
+		if err := l.UnmarshalBinary(b); err != nil {
+			return
+		}
+		enc, _ := l.AppendBinary(nil)
+		m := NewLedger(DefaultParams(), 8, 32)
+		if err := m.UnmarshalBinary(enc); err != nil {
+			t.Fatalf("UnmarshalBinary(AppendBinary()) = %v", err)
+		}
+		// The decoded ledger stays usable: Pick and Dispatch do not panic
+		// and Sweep empties it.
+		now := int64(5e9)
+		rs := fleet("h100", 8, now)
+		var d Decision
+		p := DefaultParams()
+		Pick(&p, &Request{PromptTokens: 10, Adapter: "fr"}, rs, nil, l, now, &d)
+		l.Dispatch(d.Index, &Request{PromptTokens: 10}, 10, now)
+		l.Sweep(1 << 62)
+		for i, r := range l.reps {
+			if r.queuedN != 0 || r.decodeN != 0 || r.queuedTok != 0 || r.decodeTok != 0 || r.unseenN != 0 {
+				t.Fatalf("after Sweep replica %d = %+v, want empty", i, r)
+			}
+		}
+	})
+}
+
+func TestLedgerSweep(t *testing.T) {
+	l := sampleLedger()
+	if n := l.Sweep(5e9); n == 0 {
+		t.Fatalf("Sweep(5s) = 0, want the old flights gone")
+	}
+	l.Sweep(1 << 62)
+	if l.InFlight() != 0 {
+		t.Fatalf("InFlight() after Sweep(all) = %d, want 0", l.InFlight())
+	}
+}
