@@ -5,8 +5,9 @@
 //	if err != nil { /* refuse the configuration: log err, return false */ }
 //	_ = cfg.Replicas[0].AddressText // "10.0.0.1:8000"
 //
-// It uses github.com/buger/jsonparser rather than encoding/json, which pulls
-// reflect into the wasm module (ABI.md §1, STYLE.md 23). Unknown keys, duplicate
+// It reads JSON with the small strict reader in json.go rather than
+// encoding/json (reflect) or github.com/buger/jsonparser (imports fmt, hence os;
+// see json.go), keeping the wasm module free of both (ABI.md §1.5, STYLE.md 23). Unknown keys, duplicate
 // keys and bad values are errors that quote the offending input, so a typo
 // never silently falls back to a default. New keys are added in the key
 // switches of parseTop and parseReplica, with a row in config_test.go.
@@ -16,8 +17,6 @@ import (
 	"errors"
 	"net/netip"
 	"strconv"
-
-	"github.com/buger/jsonparser"
 )
 
 // Configuration keys (wire names).
@@ -120,42 +119,39 @@ type Config struct {
 // Parse parses and validates a configuration. It never panics; on error the
 // message starts with "config: " and quotes the offending key or value.
 func Parse(data []byte) (*Config, error) {
-	_, vt, end, err := jsonparser.Get(data)
-	if err != nil || vt != jsonparser.Object {
+	i := skipSpace(data, 0)
+	if i >= len(data) || data[i] != '{' {
 		return nil, errors.New("config: want a JSON object, got " + quote(data))
+	}
+	cfg := &Config{TickMillis: DefaultTickMillis}
+	var seen seenKeys
+	end, err := object(data, i, 1, func(key string, k kind, raw []byte) error {
+		if err := seen.add("", key); err != nil {
+			return err
+		}
+		switch key {
+		case KeyReplicas:
+			return parseReplicas(cfg, k, raw)
+		case KeyTickMillis:
+			v, err := intValue(KeyTickMillis, k, raw)
+			if err != nil {
+				return err
+			}
+			if v < 1 || v > MaxTickMillis {
+				return errors.New("config: " + KeyTickMillis + " must be in [1, " + strconv.Itoa(MaxTickMillis) + "], got " + strconv.FormatInt(v, 10))
+			}
+			cfg.TickMillis = uint32(v)
+			return nil
+		}
+		return errors.New("config: unknown key " + quoteString(key))
+	})
+	if err != nil {
+		return nil, err
 	}
 	for _, c := range data[end:] {
 		if !isSpace(c) {
 			return nil, errors.New("config: trailing data after the object: " + quote(data[end:]))
 		}
-	}
-	cfg := &Config{TickMillis: DefaultTickMillis}
-	var seen seenKeys
-	var perr error
-	err = jsonparser.ObjectEach(data, func(key, value []byte, vt jsonparser.ValueType, _ int) error {
-		if perr = seen.add("", key); perr != nil {
-			return perr
-		}
-		switch string(key) {
-		case KeyReplicas:
-			perr = parseReplicas(cfg, value, vt)
-		case KeyTickMillis:
-			var v int64
-			v, perr = intValue(KeyTickMillis, value, vt)
-			if perr == nil && (v < 1 || v > MaxTickMillis) {
-				perr = errors.New("config: " + KeyTickMillis + " must be in [1, " + strconv.Itoa(MaxTickMillis) + "], got " + strconv.FormatInt(v, 10))
-			}
-			cfg.TickMillis = uint32(v)
-		default:
-			perr = errors.New("config: unknown key " + quote(key))
-		}
-		return perr
-	})
-	if perr != nil {
-		return nil, perr
-	}
-	if err != nil {
-		return nil, errors.New("config: malformed JSON object: " + err.Error())
 	}
 	if len(cfg.Replicas) == 0 {
 		return nil, errors.New("config: " + KeyReplicas + " must list at least one replica")
@@ -163,86 +159,67 @@ func Parse(data []byte) (*Config, error) {
 	return cfg, nil
 }
 
-func parseReplicas(cfg *Config, value []byte, vt jsonparser.ValueType) error {
-	if vt != jsonparser.Array {
-		return errors.New("config: " + KeyReplicas + " must be an array, got " + vt.String())
+func parseReplicas(cfg *Config, k kind, raw []byte) error {
+	if k != kindArray {
+		return errors.New("config: " + KeyReplicas + " must be an array, got " + k.String())
 	}
 	cfg.Replicas = cfg.Replicas[:0]
 	byName := map[string]int{}
-	var perr error
-	_, err := jsonparser.ArrayEachErr(value, func(elem []byte, vt jsonparser.ValueType, _ int, err error) error {
-		i := len(cfg.Replicas)
+	_, err := array(raw, 0, 2, func(i int, k kind, elem []byte) error {
+		if i >= MaxReplicas {
+			return errors.New("config: " + KeyReplicas + " has more than " + strconv.Itoa(MaxReplicas) + " entries")
+		}
+		r, err := parseReplica(i, k, elem)
 		if err != nil {
 			return err
 		}
-		if i >= MaxReplicas {
-			perr = errors.New("config: " + KeyReplicas + " has more than " + strconv.Itoa(MaxReplicas) + " entries")
-			return perr
-		}
-		r, e := parseReplica(i, elem, vt)
-		if e != nil {
-			perr = e
-			return e
-		}
 		if j, dup := byName[r.Name]; dup {
-			perr = errors.New("config: " + field(i, KeyName) + " " + strconv.Quote(r.Name) + " duplicates " + field(j, KeyName))
-			return perr
+			return errors.New("config: " + field(i, KeyName) + " " + quoteString(r.Name) + " duplicates " + field(j, KeyName))
 		}
 		byName[r.Name] = i
 		cfg.Replicas = append(cfg.Replicas, r)
 		return nil
 	})
-	if perr != nil {
-		return perr
-	}
-	if err != nil {
-		return errors.New("config: malformed " + KeyReplicas + " array: " + err.Error())
-	}
-	return nil
+	return err
 }
 
-func parseReplica(i int, data []byte, vt jsonparser.ValueType) (Replica, error) {
+func parseReplica(i int, k kind, raw []byte) (Replica, error) {
 	r := Replica{Engine: EngineVLLM, State: StateActive}
-	if vt != jsonparser.Object {
-		return r, errors.New("config: " + KeyReplicas + "[" + strconv.Itoa(i) + "] must be an object, got " + vt.String())
+	where := KeyReplicas + "[" + strconv.Itoa(i) + "]"
+	if k != kindObject {
+		return r, errors.New("config: " + where + " must be an object, got " + k.String())
 	}
 	var seen seenKeys
-	var perr error
 	var stateText string
-	err := jsonparser.ObjectEach(data, func(key, value []byte, vt jsonparser.ValueType, _ int) error {
-		if perr = seen.add(KeyReplicas+"["+strconv.Itoa(i)+"]", key); perr != nil {
-			return perr
+	_, err := object(raw, 0, 3, func(key string, k kind, raw []byte) error {
+		if err := seen.add(where, key); err != nil {
+			return err
 		}
-		k := string(key)
-		switch k {
+		switch key {
 		case KeyName, KeyAddress, KeyMetricsCluster, KeyEngine, KeyHardware, KeyState:
-			var s string
-			if s, perr = stringValue(field(i, k), value, vt); perr != nil {
-				return perr
+			s, err := stringValue(field(i, key), k, raw)
+			if err != nil {
+				return err
 			}
-			perr = setReplicaString(&r, i, k, s)
-			if k == KeyState {
+			if key == KeyState {
 				stateText = s
 			}
+			return setReplicaString(&r, i, key, s)
 		case KeyDrainDeadlineMs:
-			var v int64
-			if v, perr = intValue(field(i, k), value, vt); perr != nil {
-				return perr
+			v, err := intValue(field(i, key), k, raw)
+			if err != nil {
+				return err
 			}
 			if v <= 0 {
-				perr = errors.New("config: " + field(i, k) + " must be > 0, got " + strconv.FormatInt(v, 10))
+				return errors.New("config: " + field(i, key) + " must be > 0, got " + strconv.FormatInt(v, 10))
 			}
 			r.DrainDeadlineUnixMillis = v
-		default:
-			perr = errors.New("config: " + KeyReplicas + "[" + strconv.Itoa(i) + "]: unknown key " + quote(key))
+			return nil
 		}
-		return perr
+		return errors.New("config: " + where + ": unknown key " + quoteString(key))
 	})
-	if perr != nil {
-		return r, perr
-	}
 	if err != nil {
-		return r, errors.New("config: malformed " + KeyReplicas + "[" + strconv.Itoa(i) + "]: " + err.Error())
+		return r, err
 	}
 	if r.Name == "" {
 		return r, errors.New("config: " + field(i, KeyName) + " is required")
@@ -310,16 +287,16 @@ func setReplicaString(r *Replica, i int, key, s string) error {
 // open and a config generator's merge bug should not pick a winner silently.
 type seenKeys []string
 
-func (s *seenKeys) add(where string, key []byte) error {
+func (s *seenKeys) add(where, key string) error {
 	for _, k := range *s {
-		if k == string(key) {
+		if k == key {
 			if where != "" {
 				where += ": "
 			}
-			return errors.New("config: " + where + "duplicate key " + quote(key))
+			return errors.New("config: " + where + "duplicate key " + quoteString(key))
 		}
 	}
-	*s = append(*s, string(key))
+	*s = append(*s, key)
 	return nil
 }
 
@@ -327,24 +304,28 @@ func field(i int, key string) string {
 	return KeyReplicas + "[" + strconv.Itoa(i) + "]." + key
 }
 
-func stringValue(name string, value []byte, vt jsonparser.ValueType) (string, error) {
-	if vt != jsonparser.String {
-		return "", errors.New("config: " + name + " must be a string, got " + vt.String() + " " + quote(value))
+// shown renders a value for an error message: strings decoded, others raw.
+func shown(k kind, raw []byte) string {
+	if k == kindString {
+		return quoteString(unquote(raw))
 	}
-	s, err := jsonparser.ParseString(value)
-	if err != nil {
-		return "", errors.New("config: " + name + " is not a valid JSON string: " + quote(value))
-	}
-	return s, nil
+	return quote(raw)
 }
 
-func intValue(name string, value []byte, vt jsonparser.ValueType) (int64, error) {
-	if vt != jsonparser.Number {
-		return 0, errors.New("config: " + name + " must be a number, got " + vt.String() + " " + quote(value))
+func stringValue(name string, k kind, raw []byte) (string, error) {
+	if k != kindString {
+		return "", errors.New("config: " + name + " must be a string, got " + k.String() + " " + shown(k, raw))
 	}
-	v, err := strconv.ParseInt(string(value), 10, 64)
+	return unquote(raw), nil
+}
+
+func intValue(name string, k kind, raw []byte) (int64, error) {
+	if k != kindNumber {
+		return 0, errors.New("config: " + name + " must be a number, got " + k.String() + " " + shown(k, raw))
+	}
+	v, err := strconv.ParseInt(string(raw), 10, 64)
 	if err != nil {
-		return 0, errors.New("config: " + name + " must be an integer, got " + quote(value))
+		return 0, errors.New("config: " + name + " must be an integer, got " + quote(raw))
 	}
 	return v, nil
 }

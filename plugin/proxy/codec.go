@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"encoding/binary"
 	"errors"
 	"strconv"
 )
@@ -51,11 +50,11 @@ func AppendPairs(dst []byte, pairs [][2]string) []byte {
 	}
 	dst = dst[:start+need]
 	b := dst[start:]
-	binary.LittleEndian.PutUint32(b, uint32(len(pairs)))
+	putLE32(b, uint32(len(pairs)))
 	off := pairsHeaderSize
 	for i := range pairs {
-		binary.LittleEndian.PutUint32(b[off:], uint32(len(pairs[i][0])))
-		binary.LittleEndian.PutUint32(b[off+4:], uint32(len(pairs[i][1])))
+		putLE32(b[off:], uint32(len(pairs[i][0])))
+		putLE32(b[off+4:], uint32(len(pairs[i][1])))
 		off += pairSizesSize
 	}
 	for i := range pairs {
@@ -82,8 +81,8 @@ func VisitPairs(data []byte, visit func(key, value []byte) bool) error {
 	sizes := pairsHeaderSize
 	off := pairsHeaderSize + pairSizesSize*n
 	for i := 0; i < n; i++ {
-		kl := int(binary.LittleEndian.Uint32(data[sizes:]))
-		vl := int(binary.LittleEndian.Uint32(data[sizes+4:]))
+		kl := int(le32(data[sizes:]))
+		vl := int(le32(data[sizes+4:]))
 		sizes += pairSizesSize
 		key := data[off : off+kl : off+kl]
 		off += kl + 1
@@ -107,8 +106,8 @@ func DecodePairs(dst [][2][]byte, data []byte) ([][2][]byte, error) {
 	sizes := pairsHeaderSize
 	off := pairsHeaderSize + pairSizesSize*n
 	for i := 0; i < n; i++ {
-		kl := int(binary.LittleEndian.Uint32(data[sizes:]))
-		vl := int(binary.LittleEndian.Uint32(data[sizes+4:]))
+		kl := int(le32(data[sizes:]))
+		vl := int(le32(data[sizes+4:]))
 		sizes += pairSizesSize
 		key := data[off : off+kl : off+kl]
 		off += kl + 1
@@ -144,7 +143,7 @@ func checkPairs(data []byte) (int, error) {
 	if len(data) < pairsHeaderSize {
 		return 0, errPairsTruncated
 	}
-	n := int(binary.LittleEndian.Uint32(data))
+	n := int(le32(data))
 	// Each pair needs at least its 8 size bytes and two NULs.
 	if n > (len(data)-pairsHeaderSize)/(pairSizesSize+2) {
 		return 0, pairsCountError(n, len(data))
@@ -152,8 +151,8 @@ func checkPairs(data []byte) (int, error) {
 	sizes := pairsHeaderSize
 	off := pairsHeaderSize + pairSizesSize*n
 	for i := 0; i < n; i++ {
-		kl := int(binary.LittleEndian.Uint32(data[sizes:]))
-		vl := int(binary.LittleEndian.Uint32(data[sizes+4:]))
+		kl := int(le32(data[sizes:]))
+		vl := int(le32(data[sizes+4:]))
 		sizes += pairSizesSize
 		if kl > len(data)-off-1 {
 			return 0, errPairsTruncated
@@ -193,4 +192,16 @@ func AppendPropertyPath(dst []byte, segments []string) []byte {
 		dst = append(dst, s...)
 	}
 	return dst
+}
+
+// le32 and putLE32 are little-endian u32 access. Not encoding/binary: it
+// imports reflect, which the wasm module must not link (STYLE.md 23).
+func le32(b []byte) uint32 {
+	_ = b[3]
+	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+}
+
+func putLE32(b []byte, v uint32) {
+	_ = b[3]
+	b[0], b[1], b[2], b[3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
 }

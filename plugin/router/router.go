@@ -12,7 +12,6 @@
 package router
 
 import (
-	"encoding/binary"
 	"strconv"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
@@ -51,7 +50,7 @@ func DecodeTick(b []byte) (rootID uint32, ticks uint64, ok bool) {
 	if len(b) != tickValueLen || b[0] != TickValueVersion {
 		return 0, 0, false
 	}
-	return binary.LittleEndian.Uint32(b[1:]), binary.LittleEndian.Uint64(b[5:]), true
+	return uint32(le64(b[1:5])), le64(b[5:13]), true
 }
 
 // localReplyHeaders are the headers of the 503; shared and never modified.
@@ -143,8 +142,8 @@ func (p *plugin) OnTick() {
 	p.ticks++
 	v := &p.tickValue
 	v[0] = TickValueVersion
-	binary.LittleEndian.PutUint32(v[1:], p.id)
-	binary.LittleEndian.PutUint64(v[5:], p.ticks)
+	putLE(v[1:5], uint64(p.id))
+	putLE(v[5:13], p.ticks)
 	for attempt := 0; attempt < 2; attempt++ {
 		_, cas, err := proxy.GetSharedData(SharedKeyTick)
 		if err != nil && err != proxy.ErrNotFound {
@@ -276,5 +275,22 @@ func stripDestination(numHeaders int) {
 		if proxy.RemoveHeaderMapValue(proxy.MapTypeHttpRequestHeaders, HeaderDestination) != nil {
 			return
 		}
+	}
+}
+
+// le64 reads a little-endian unsigned integer of len(b) ≤ 8 bytes; putLE
+// writes one. Hand-rolled: encoding/binary links reflect into the module.
+func le64(b []byte) uint64 {
+	var v uint64
+	for i := len(b) - 1; i >= 0; i-- {
+		v = v<<8 | uint64(b[i])
+	}
+	return v
+}
+
+func putLE(b []byte, v uint64) {
+	for i := range b {
+		b[i] = byte(v)
+		v >>= 8
 	}
 }
