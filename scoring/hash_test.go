@@ -121,6 +121,18 @@ func TestPrefixHasherChain(t *testing.T) {
 	}
 }
 
+func TestPrefixHasherZeroValue(t *testing.T) {
+	var z, h PrefixHasher
+	z.Reset("m", "fr")
+	z.WriteString(strings.Repeat("y", 200))
+	h.Init(DefaultBlockChars, 0)
+	h.Reset("m", "fr")
+	h.WriteString(strings.Repeat("y", 200))
+	if !equalChains(z.Chain(), h.Chain()) || len(z.Chain()) != 3 {
+		t.Fatalf("zero-value chain = %x, want %x", z.Chain(), h.Chain())
+	}
+}
+
 func equalChains(a, b []uint64) bool {
 	if len(a) != len(b) {
 		return false

@@ -24,8 +24,9 @@ const (
 // whole KV blocks.
 //
 // It is an io.Writer so a JSON parser can stream unescaped text segments
-// into it. The zero value is not ready; call Init. Not safe for concurrent
-// use. After the chain reaches its capacity, Write stops allocating and
+// into it. Not safe for concurrent
+// use. The zero value uses the defaults on first Reset or Write (Init
+// allocates the chain). After the chain reaches its capacity, Write stops allocating and
 // Reset keeps the buffer, so steady-state use allocates nothing.
 type PrefixHasher struct {
 	blockChars int
@@ -62,8 +63,7 @@ func (h *PrefixHasher) Init(blockChars, maxBlocks int) {
 // prefix cached for one adapter is no hit for another).
 func (h *PrefixHasher) Reset(model, adapter string) {
 	if h.blockChars == 0 {
-		h.Init(0, 0)
-		return
+		h.Init(0, 0) // the zero value: default sizes, then seed below
 	}
 	h.seed = fmix(HashString(model) ^ bitsRot(HashString(adapter), 23) ^ uint64(h.blockChars))
 	h.prev = h.seed
