@@ -1,9 +1,14 @@
 package hostsim
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strconv"
 	"strings"
@@ -119,10 +124,10 @@ func TestHeaderMaps(t *testing.T) {
 		"replace 0 x-new n",
 		"remove 0 x-client",
 		"mapsize 0",
-		"get 2 :status",  // response headers do not exist yet
-		"get 9 a",        // unknown map type
-		"get 6 :status",  // no http call response now
-		"rawpairs 1 zz",  // trailers do not exist yet
+		"get 2 :status", // response headers do not exist yet
+		"get 9 a",       // unknown map type
+		"get 6 :status", // no http call response now
+		"rawpairs 1 zz", // trailers do not exist yet
 	}, "; "))
 	s := stream(t, r, [][2]string{{":path", "/p"}, {"X-Client", "c"}})
 	enc := result(t, h, "request_headers", "pairs")
@@ -549,4 +554,70 @@ func TestMisc(t *testing.T) {
 	if got, want := results(h, "configure", "effective"), []string{"2"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("effective(unknown) = %q, want %q", got, want)
 	}
+}
+
+func TestHTTPClusterLoopback(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("x-host", r.Host)
+		io.WriteString(w, "path="+r.URL.Path)
+	}))
+	defer srv.Close()
+	h, vm := newGuestVM(t, Options{}, "vm", "")
+	h.AddCluster("real", &HTTPCluster{BaseURL: srv.URL, Latency: 5 * time.Millisecond})
+	configure(t, vm, "r", "configure: call real :method=GET,:path=/metrics,:authority=pod-a - 1000\nhttp_call_response: callresp")
+	h.Advance(5 * time.Millisecond)
+	resp := result(t, h, "http_call_response", "callresp")
+	f := strings.Fields(resp)
+	b, _ := hex.DecodeString(f[1])
+	kv, _ := DecodePairs(b)
+	hm := headerMap{kv: kv}
+	if st, _ := hm.get(":status"); st != "200" || f[len(f)-1] != "path=/metrics" {
+		t.Errorf("loopback call response = %q (headers %q)", resp, kv)
+	}
+	if host, _ := hm.get("x-host"); host != "pod-a" {
+		t.Errorf(":authority sent as Host = %q, want pod-a", host)
+	}
+}
+
+// TestModuleSwap: new VMs of another compiled module with the same vm_id
+// keep the shared data; Root.Tick runs on_tick on demand.
+func TestModuleSwap(t *testing.T) {
+	h, vm := newGuestVM(t, Options{}, "fleet", "")
+	r := configure(t, vm, "r", "configure: setshared lease me 0\ntick: log 2 ticked")
+	if err := r.Tick(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(dumpLogs(h), "ticked") {
+		t.Fatalf("Tick() did not run proxy_on_tick")
+	}
+	other := append([]byte(nil), guestWasm...)
+	other = append(other, 0, 9, 7, 'h', 's', '-', 's', 'w', 'a', 'p', 1) // a custom section: new bytes, same code
+	mod2, err := h.Compile(t.Context(), other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm2, err := h.NewVM(t.Context(), mod2, "fleet", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm.Close()
+	configure(t, vm2, "r", "configure: getshared lease")
+	if got := result(t, h, "configure", "getshared"); got != "0 me 1" {
+		t.Errorf("shared data after module swap = %q, want %q", got, "0 me 1")
+	}
+}
+
+// Example_usage mirrors the package doc.
+func Example_usage() {
+	ctx := context.Background()
+	h := NewHost(Options{})
+	defer h.Close()
+	mod, _ := h.Compile(ctx, guestWasm)
+	vm, _ := h.NewVM(ctx, mod, "gpuroute", nil)
+	root, _ := vm.Configure("gpuroute", []byte("quiet\nrequest_headers: replace 0 x-gateway-destination-endpoint 10.0.0.1:8000"))
+	s, _ := root.NewStream()
+	s.RequestHeaders([][2]string{{":path", "/v1/completions"}}, true)
+	v, _ := s.RequestHeader("x-gateway-destination-endpoint")
+	fmt.Println(v)
+	// Output: 10.0.0.1:8000
 }

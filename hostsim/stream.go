@@ -88,7 +88,8 @@ func (s *Stream) ID() uint32 { return s.id }
 func (s *Stream) Root() *Root { return s.root }
 
 func lowerHeaders(h [][2]string) [][2]string {
-	out := make([][2]string, len(h))
+	// Spare capacity: guests usually add or replace a header or two.
+	out := make([][2]string, len(h), len(h)+2)
 	for i, kv := range h {
 		out[i] = [2]string{lowerASCII(kv[0]), kv[1]}
 	}

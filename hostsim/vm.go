@@ -509,6 +509,26 @@ func (r *Root) setTickLocked(period time.Duration) {
 	h.mu.Unlock()
 }
 
+// Tick runs proxy_on_tick on r now, outside the virtual-clock schedule
+// (like proxytest's Tick); the scheduled ticks are unaffected.
+func (r *Root) Tick() error {
+	vm := r.vm
+	vm.mu.Lock()
+	err := vm.usable()
+	if err == nil && r.deleted {
+		err = errors.New("hostsim: tick: root " + strconv.Quote(r.name) + " was deleted")
+	}
+	if err == nil {
+		err = vm.withContext(r, nil, func() error {
+			_, err := vm.invoke(fnOnTick, 0, 1, uint64(r.id), 0, 0, 0, 0)
+			return err
+		})
+	}
+	vm.mu.Unlock()
+	vm.after()
+	return err
+}
+
 func (r *Root) fireTick(gen uint64) error {
 	vm := r.vm
 	vm.mu.Lock()
