@@ -339,6 +339,16 @@ func (p *Parser) line(b []byte, start, end int) int {
 		if !inBraces {
 			return lineBad
 		}
+	} else if b[i] == '"' {
+		// A quoted name before the braces, which expfmt also accepts.
+		sp, k, ok := quoted(b, i, end)
+		if !ok || sp.start == sp.end {
+			return lineBad
+		}
+		name, i = sp, k
+		for i < end && isBlank(b[i]) {
+			i++
+		}
 	} else {
 		if !isNameStart(b[i]) {
 			return lineBad
@@ -518,12 +528,8 @@ func (p *Parser) line(b []byte, start, end int) int {
 		if _, err := strconv.ParseInt(string(b[i:j]), 10, 64); err != nil {
 			return lineBad
 		}
-		i = j
-		for i < end && isBlank(b[i]) {
-			i++
-		}
-		if i < end {
-			return lineBad
+		if j < end {
+			return lineBad // expfmt: "spurious string after timestamp", blanks included
 		}
 	}
 
