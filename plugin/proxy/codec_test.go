@@ -220,3 +220,25 @@ func TestStatusErr(t *testing.T) {
 		t.Errorf("Status.Err allocs = %v, want 0", a)
 	}
 }
+
+var benchPairs = [][2]string{
+	{":method", "POST"}, {":path", "/v1/chat/completions"}, {":authority", "gateway.example"},
+	{"content-type", "application/json"}, {"user-agent", "openai-python/1.40"}, {"x-request-id", "5b0c7e0e-2f43-4a8b-9d1e-0d3c1f2a9b7c"},
+}
+
+func BenchmarkAppendPairs(b *testing.B) {
+	b.ReportAllocs()
+	buf := make([]byte, 0, 512)
+	for i := 0; i < b.N; i++ {
+		buf = AppendPairs(buf[:0], benchPairs)
+	}
+}
+
+func BenchmarkVisitPairs(b *testing.B) {
+	b.ReportAllocs()
+	enc := AppendPairs(nil, benchPairs)
+	n := 0
+	for i := 0; i < b.N; i++ {
+		_ = VisitPairs(enc, func(k, v []byte) bool { n += len(v); return true })
+	}
+}
