@@ -1,5 +1,3 @@
-//go:build expfmt
-
 // The cross-check needs github.com/prometheus/common/expfmt and its
 // dependencies (client_model, protobuf, goautoneg, go-abnf) in go.sum, which the
 // module does not carry yet; run it with `go test -tags expfmt ./plugin/metrics/`
