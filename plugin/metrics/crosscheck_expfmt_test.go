@@ -1,7 +1,6 @@
-// The cross-check needs github.com/prometheus/common/expfmt and its
-// dependencies (client_model, protobuf, goautoneg, go-abnf) in go.sum, which the
-// module does not carry yet; run it with `go test -tags expfmt ./plugin/metrics/`
-// once `go get github.com/prometheus/common/expfmt@v0.73.1` has been applied.
+// The cross-check holds the parser to github.com/prometheus/common/expfmt, the
+// reference Prometheus text parser (a test-only dependency: it never reaches
+// the wasm module).
 
 package metrics
 
