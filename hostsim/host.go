@@ -38,8 +38,8 @@ type Options struct {
 	// LogLevel is what proxy_get_log_level reports; messages below it are
 	// dropped, as Envoy does. The zero value (LogTrace) keeps all.
 	LogLevel LogLevel
-	// LogSink, if set, also receives every kept log entry (called with no
-	// lock held by the guest's VM, in order).
+	// LogSink, if set, also receives every kept log entry, synchronously from
+	// inside the guest's call: it must not call back into the same VM.
 	LogSink func(LogEntry)
 	// MaxLogs bounds the entries Logs returns (oldest dropped); 0 means 10000.
 	MaxLogs int

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -136,6 +137,52 @@ func TestRealModuleFourWorkers(t *testing.T) {
 		}
 	}
 	t.Logf("destinations: %v", seen)
+	for _, e := range h.Logs() {
+		if e.Level >= LogError {
+			t.Errorf("guest logged at %s: %s", e.Level, e.Message)
+		}
+	}
+}
+
+// TestRealModuleGCStress: many requests with bodies through one VM of the
+// real module under ENOSYS poll_oneoff (Envoy 1.33–1.37): no trap, no poll.
+func TestRealModuleGCStress(t *testing.T) {
+	h, roots := realWorkers(t, 1, Options{})
+	n := 5000
+	if testing.Short() {
+		n = 500
+	}
+	body := []byte(`{"model":"m","prompt":"` + strings.Repeat("lorem ipsum ", 200) + `","max_tokens":64}`)
+	for i := 0; i < n; i++ {
+		if i%50 == 0 {
+			if err := h.Advance(100 * time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s, err := roots[0].NewStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		hdrs := [][2]string{{":method", "POST"}, {":path", "/v1/completions"}, {":authority", "llm"}, {"x-request-id", strconv.Itoa(i)}}
+		if _, err := s.RequestHeaders(hdrs, false); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if _, err := s.RequestBody(body, true); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if _, err := s.ResponseHeaders([][2]string{{":status", "200"}}, false); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if _, err := s.ResponseBody([]byte(`data: {"choices":[{"text":"x"}]}`+"\n\n"), true); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if err := s.Done(); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+	}
+	if got := h.PollCalls(); got != 0 {
+		t.Errorf("PollCalls() = %d, want 0: the runtime waited on something", got)
+	}
 }
 
 // BenchmarkRealRequest: host+guest cost of a trivial request (create,
