@@ -47,15 +47,36 @@ type flight struct {
 	key        uint64
 }
 
+// Work is a router's in-flight work on one replica, in requests and tokens.
+// Other routers' Work reaches Pick through Replica.PeerWork, so workers that
+// share one metrics snapshot do not all send a burst to the same replica.
+type Work struct {
+	// QueuedN requests were dispatched and have no first token yet;
+	// QueuedTokens are their uncached prompt tokens.
+	QueuedN, QueuedTokens int64
+	// DecodeN requests are generating; DecodeTokens are their remaining
+	// output estimates.
+	DecodeN, DecodeTokens int64
+	// UnseenN requests were dispatched after the replica's snapshot was
+	// taken, so its reported counts miss them; UnseenTokens are their
+	// prompt tokens (KV not yet visible in KVUsage).
+	UnseenN, UnseenTokens int64
+}
+
+// Add adds o to w.
+func (w *Work) Add(o *Work) {
+	w.QueuedN += o.QueuedN
+	w.QueuedTokens += o.QueuedTokens
+	w.DecodeN += o.DecodeN
+	w.DecodeTokens += o.DecodeTokens
+	w.UnseenN += o.UnseenN
+	w.UnseenTokens += o.UnseenTokens
+}
+
 // repAcc aggregates the ledger's in-flight work per replica.
 type repAcc struct {
-	queuedN    int64 // dispatched, no first token yet
-	queuedTok  int64
-	decodeN    int64 // first token seen, still generating
-	decodeTok  int64 // remaining output estimates
-	unseenN    int64 // dispatched after the replica's snapshot was taken
-	unseenTok  int64 // their prompt tokens (KV not yet visible in KVUsage)
-	syncedSnap int64 // the ScrapedNanos unseen* refer to
+	Work
+	syncedSnap int64 // the ScrapedNanos Unseen* refer to
 }
 
 type adapterMem struct {
@@ -123,12 +144,24 @@ func (l *Ledger) InFlight() int {
 	return len(l.flights) - len(l.free)
 }
 
+// WorkOn returns the ledger's work on replica, with its unseen part counted
+// against a snapshot taken at snapNanos (the replica's ScrapedNanos).
+func (l *Ledger) WorkOn(replica int, snapNanos int64) Work {
+	if l == nil || replica < 0 || replica >= len(l.reps) {
+		return Work{}
+	}
+	if l.reps[replica].syncedSnap != snapNanos {
+		l.sync(replica, snapNanos)
+	}
+	return l.reps[replica].Work
+}
+
 // InFlightOn returns the number of in-flight requests on replica.
 func (l *Ledger) InFlightOn(replica int) int {
 	if l == nil || replica < 0 || replica >= len(l.reps) {
 		return 0
 	}
-	return int(l.reps[replica].queuedN + l.reps[replica].decodeN)
+	return int(l.reps[replica].QueuedN + l.reps[replica].DecodeN)
 }
 
 func outputKey(model, adapter string) uint64 {
@@ -201,11 +234,11 @@ func (l *Ledger) Dispatch(replica int, req *Request, uncachedTokens int, nowNano
 	}
 	f.remaining = remainingOf(f)
 	r := &l.reps[replica]
-	r.queuedN++
-	r.queuedTok += f.prefill
+	r.QueuedN++
+	r.QueuedTokens += f.prefill
 	if nowNanos > r.syncedSnap {
-		r.unseenN++
-		r.unseenTok += f.prefill
+		r.UnseenN++
+		r.UnseenTokens += f.prefill
 	}
 	l.promptMean = ewma(l.promptMean, float64(req.PromptTokens))
 	if req.Adapter != "" {
@@ -244,11 +277,11 @@ func (l *Ledger) FirstToken(h Flight) {
 		return
 	}
 	r := &l.reps[f.replica]
-	r.queuedN--
-	r.queuedTok -= f.prefill
+	r.QueuedN--
+	r.QueuedTokens -= f.prefill
 	f.first = true
-	r.decodeN++
-	r.decodeTok += f.remaining
+	r.DecodeN++
+	r.DecodeTokens += f.remaining
 }
 
 // Progress records tokens more output tokens streamed back (SSE chunks or
@@ -265,7 +298,7 @@ func (l *Ledger) Progress(h Flight, tokens int) {
 	f.streamed += int64(tokens)
 	old := f.remaining
 	f.remaining = remainingOf(f)
-	l.reps[f.replica].decodeTok += f.remaining - old
+	l.reps[f.replica].DecodeTokens += f.remaining - old
 }
 
 // Done records that the request finished with outputTokens tokens (learned
@@ -309,15 +342,15 @@ func (l *Ledger) Sweep(olderThanNanos int64) int {
 func (l *Ledger) remove(f *flight, slot int32) {
 	r := &l.reps[f.replica]
 	if f.first {
-		r.decodeN--
-		r.decodeTok -= f.remaining
+		r.DecodeN--
+		r.DecodeTokens -= f.remaining
 	} else {
-		r.queuedN--
-		r.queuedTok -= f.prefill
+		r.QueuedN--
+		r.QueuedTokens -= f.prefill
 	}
 	if f.dispatched > r.syncedSnap {
-		r.unseenN--
-		r.unseenTok -= f.prefill
+		r.UnseenN--
+		r.UnseenTokens -= f.prefill
 	}
 	gen := f.gen
 	*f = flight{gen: gen}
@@ -395,12 +428,12 @@ func (l *Ledger) marked(replica int) bool {
 func (l *Ledger) sync(replica int, snapNanos int64) {
 	r := &l.reps[replica]
 	r.syncedSnap = snapNanos
-	r.unseenN, r.unseenTok = 0, 0
+	r.UnseenN, r.UnseenTokens = 0, 0
 	for i := range l.flights {
 		f := &l.flights[i]
 		if f.used && int(f.replica) == replica && f.dispatched > snapNanos {
-			r.unseenN++
-			r.unseenTok += f.prefill
+			r.UnseenN++
+			r.UnseenTokens += f.prefill
 		}
 	}
 }

@@ -163,15 +163,15 @@ func (l *Ledger) decode(b []byte) error {
 		f.remaining = remainingOf(f)
 		r := &l.reps[rep]
 		if f.dispatched > r.syncedSnap { // syncedSnap is 0 after Reset
-			r.unseenN++
-			r.unseenTok += f.prefill
+			r.UnseenN++
+			r.UnseenTokens += f.prefill
 		}
 		if f.first {
-			r.decodeN++
-			r.decodeTok += f.remaining
+			r.DecodeN++
+			r.DecodeTokens += f.remaining
 		} else {
-			r.queuedN++
-			r.queuedTok += f.prefill
+			r.QueuedN++
+			r.QueuedTokens += f.prefill
 		}
 	}
 	for i := len(l.flights) - 1; i >= 0; i-- {

@@ -35,7 +35,7 @@ func TestLedgerEncoding(t *testing.T) {
 	}
 	for i := range l.reps {
 		a, b := l.reps[i], m.reps[i]
-		a.syncedSnap, b.syncedSnap, a.unseenN, b.unseenN, a.unseenTok, b.unseenTok = 0, 0, 0, 0, 0, 0
+		a.syncedSnap, b.syncedSnap, a.UnseenN, b.UnseenN, a.UnseenTokens, b.UnseenTokens = 0, 0, 0, 0, 0, 0
 		if a != b {
 			t.Fatalf("decoded replica %d = %+v, want %+v", i, b, a)
 		}
@@ -90,7 +90,7 @@ func FuzzLedgerDecode(f *testing.F) {
 		l.Dispatch(d.Index, &Request{PromptTokens: 10}, 10, now)
 		l.Sweep(1 << 62)
 		for i, r := range l.reps {
-			if r.queuedN != 0 || r.decodeN != 0 || r.queuedTok != 0 || r.decodeTok != 0 || r.unseenN != 0 {
+			if r.QueuedN != 0 || r.DecodeN != 0 || r.QueuedTokens != 0 || r.DecodeTokens != 0 || r.UnseenN != 0 {
 				t.Fatalf("after Sweep replica %d = %+v, want empty", i, r)
 			}
 		}

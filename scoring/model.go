@@ -108,6 +108,11 @@ type Replica struct {
 	Drain              DrainState
 	DrainDeadlineNanos int64
 
+	// PeerWork is the in-flight work other routers sharing this fleet view
+	// (the other worker VMs of one Envoy) report on this replica, each from
+	// its own Ledger.WorkOn; Pick adds it to the local ledger's.
+	PeerWork Work
+
 	// ScrapedNanos is when the metrics were taken, on the caller's clock
 	// (the same clock as nowNanos). 0 means never: the state is uncertain.
 	ScrapedNanos int64

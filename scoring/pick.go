@@ -146,7 +146,6 @@ func Pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 
 	best := math.Inf(1)
 	minWait := math.Inf(1)
-	var noWork repAcc // the ledger view of a replica without a ledger
 	for i := range replicas {
 		r := &replicas[i]
 		cands[i].Index = -1
@@ -180,24 +179,24 @@ func Pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		}
 		c.PrefillSec = h.PrefillSeconds(n - c.CachedTokens)
 
-		// W(r): reported queue and batch, with the ledger's exact tokens
-		// for its own requests and means for the rest.
-		acc := &noWork
+		// W(r): reported queue and batch, with the ledger's and the peer
+		// routers' exact tokens for their own requests and means for the rest.
+		acc := r.PeerWork
 		if l != nil && i < len(l.reps) {
 			if l.reps[i].syncedSnap != r.ScrapedNanos {
 				l.sync(i, r.ScrapedNanos)
 			}
-			acc = &l.reps[i]
+			acc.Add(&l.reps[i].Work)
 		}
 		waiting, running := int64(max(r.WaitingRequests, 0)), int64(max(r.RunningRequests, 0))
-		seenLocal := max(acc.queuedN+acc.decodeN-acc.unseenN, 0)
-		foreign := max(waiting+running-seenLocal, 0)
+		seenRouted := max(acc.QueuedN+acc.DecodeN-acc.UnseenN, 0)
+		foreign := max(waiting+running-seenRouted, 0)
 		foreignWaiting := min(foreign, waiting)
 		foreignRunning := foreign - foreignWaiting
-		queuedN := float64(acc.queuedN + foreignWaiting)
-		queuedTok := float64(acc.queuedTok) + float64(foreignWaiting)*promptMean
-		batch := acc.decodeN + foreignRunning
-		decodeTok := float64(acc.decodeTok) + float64(foreignRunning)*outMean/2
+		queuedN := float64(acc.QueuedN + foreignWaiting)
+		queuedTok := float64(acc.QueuedTokens) + float64(foreignWaiting)*promptMean
+		batch := acc.DecodeN + foreignRunning
+		decodeTok := float64(acc.DecodeTokens) + float64(foreignRunning)*outMean/2
 		w := queuedN*h.PrefillFixedSec + queuedTok*h.PrefillSecPerToken + decodeTok*h.DecodeStepSecPerSeq
 		// KV admission: a request that does not fit in free KV waits for
 		// running requests to finish (about one mean remaining output).
@@ -206,7 +205,7 @@ func Pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 			if math.IsNaN(usage) {
 				usage = 1
 			}
-			used := usage*float64(kvCap) + float64(acc.unseenTok)
+			used := usage*float64(kvCap) + float64(acc.UnseenTokens)
 			if used+float64(n-c.CachedTokens) > float64(kvCap) {
 				w += h.DecodeStepSeconds(int(batch)) * (decodeTok / float64(batch))
 			}

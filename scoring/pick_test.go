@@ -401,6 +401,34 @@ func TestLedgerSpreadsBurst(t *testing.T) {
 	}
 }
 
+// TestPeerWork: a router sees another router's dispatch through PeerWork
+// (the snapshot does not show it yet) and so avoids piling on; without it
+// both send their request to the replica that looked idle.
+func TestPeerWork(t *testing.T) {
+	now := 100 * sec
+	p := DefaultParams()
+	for _, share := range []bool{false, true} {
+		rs := fleet("h100", 2, now)
+		rs[1].WaitingRequests = 1 // replica 0 looks idle to both routers
+		a, b := NewLedger(p, 2, 8), NewLedger(p, 2, 8)
+		req := Request{PromptTokens: 4000, Chain: []uint64{42}}
+		var d Decision
+		Pick(&p, &req, rs, nil, a, now, &d)
+		first := d.Index
+		a.Dispatch(first, &req, req.PromptTokens, now)
+		for r := range rs {
+			rs[r].PeerWork = Work{}
+			if share {
+				rs[r].PeerWork = a.WorkOn(r, rs[r].ScrapedNanos)
+			}
+		}
+		Pick(&p, &req, rs, nil, b, now+1, &d)
+		if got := d.Index != first; got != share {
+			t.Fatalf("Pick(second router, share=%v) = %d after the first picked %d; want a different replica exactly when sharing", share, d.Index, first)
+		}
+	}
+}
+
 // TestTieBreakRendezvous: identical replicas split prefixes by rendezvous
 // hashing, the same way on every call, and a prefix keeps its home when
 // another replica leaves.
@@ -469,11 +497,11 @@ func TestRemainingOutputEstimate(t *testing.T) {
 			if tt.streamed == 0 {
 				l.FirstToken(f)
 			}
-			if got := l.reps[0].decodeTok; got != tt.want {
+			if got := l.reps[0].DecodeTokens; got != tt.want {
 				t.Fatalf("remaining(max %d, learned %v, streamed %d) = %d, want %d", tt.maxTok, tt.learned, tt.streamed, got, tt.want)
 			}
 			l.Cancel(f)
-			if r := l.reps[0]; r.decodeTok != 0 || r.decodeN != 0 || r.queuedN != 0 || r.queuedTok != 0 {
+			if r := l.reps[0]; r.DecodeTokens != 0 || r.DecodeN != 0 || r.QueuedN != 0 || r.QueuedTokens != 0 {
 				t.Fatalf("after Cancel replica accounting = %+v, want zero", r)
 			}
 		})
