@@ -621,3 +621,16 @@ func Example_usage() {
 	fmt.Println(v)
 	// Output: 10.0.0.1:8000
 }
+
+// TestWASIClock: the guest's time.Now reads the virtual wall clock through
+// clock_time_get(REALTIME).
+func TestWASIClock(t *testing.T) {
+	start := time.Date(2030, 5, 6, 7, 8, 9, 0, time.UTC)
+	h, vm := newGuestVM(t, Options{Start: start}, "vm", "")
+	h.Advance(1500 * time.Millisecond)
+	configure(t, vm, "r", "configure: walltime")
+	want := strconv.FormatInt(start.Add(1500*time.Millisecond).UnixNano(), 10)
+	if got := result(t, h, "configure", "walltime"); got != want {
+		t.Errorf("guest time.Now().UnixNano() = %s, want %s", got, want)
+	}
+}

@@ -248,3 +248,22 @@ func BenchmarkCompile(b *testing.B) {
 		h.Close()
 	}
 }
+
+// BenchmarkCompileCached: Compile in a new Host when the process-wide
+// compilation cache already holds the module (what each test's Host pays).
+func BenchmarkCompileCached(b *testing.B) {
+	wasm := realWasm(b)
+	warm := NewHost(Options{})
+	if _, err := warm.Compile(context.Background(), wasm); err != nil {
+		b.Fatal(err)
+	}
+	defer warm.Close()
+	b.ReportAllocs()
+	for b.Loop() {
+		h := NewHost(Options{})
+		if _, err := h.Compile(context.Background(), wasm); err != nil {
+			b.Fatal(err)
+		}
+		h.Close()
+	}
+}

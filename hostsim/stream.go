@@ -11,7 +11,8 @@ import (
 // request, then of the response, then Done (proxy_on_done, proxy_on_log,
 // proxy_on_delete). A local reply or a closed stream ends it: later
 // request/response phases return ActionPause without calling the guest,
-// since Envoy would not deliver them.
+// since Envoy would not deliver them. (Whether Envoy runs this filter's
+// response callbacks on its own local reply is unverified; hostsim does not.)
 type Stream struct {
 	root *Root
 	vm   *VM
