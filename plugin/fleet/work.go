@@ -1,0 +1,414 @@
+package fleet
+
+import (
+	"strconv"
+
+	"github.com/gpuroute/gpuroute/scoring"
+)
+
+// Shared-data keys (one vm_id scope; ABI.md §3.2).
+const (
+	// KeySnapshot holds the leader's encoded Snapshot.
+	KeySnapshot = "gpuroute/fleet"
+	// KeyLease holds the encoded leader Lease.
+	KeyLease = "gpuroute/lease"
+	// KeyRegistry holds the encoded Registry of worker ids.
+	KeyRegistry = "gpuroute/workers"
+	// WorkKeyPrefix starts each worker's WorkRecord key, followed by the
+	// worker id as 16 lowercase hex digits (AppendWorkKey).
+	WorkKeyPrefix = "gpuroute/work/"
+	// WorkKeyLen is the length of every work key.
+	WorkKeyLen = len(WorkKeyPrefix) + 16
+)
+
+// AppendWorkKey appends worker's work-record key, WorkKeyPrefix followed by
+// its id in 16 lowercase hex digits, to dst without allocating (given
+// capacity). The ABI host call takes a string, so callers usually build it
+// once per peer with WorkKey and keep it.
+func AppendWorkKey(dst []byte, worker uint64) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, WorkKeyPrefix...)
+	for s := 60; s >= 0; s -= 4 {
+		dst = append(dst, hex[worker>>uint(s)&15])
+	}
+	return dst
+}
+
+// WorkKey returns worker's work-record key as a string; it allocates once, so
+// cache the result per worker id.
+func WorkKey(worker uint64) string {
+	var buf [WorkKeyLen]byte
+	return string(AppendWorkKey(buf[:0], worker))
+}
+
+// WorkRecord is one worker VM's in-flight work per replica, published under
+// its own WorkKey each tick so the other workers can add it to their own
+// (scoring.Replica.PeerWork). Work is index-aligned with the replica list
+// that ConfigID names.
+type WorkRecord struct {
+	Worker       uint64 // the writer's worker id
+	WrittenNanos int64  // writer's clock at publish; old records expire
+	ConfigID     uint64 // ConfigIDOf the writer's replica list
+	Work         []scoring.Work
+}
+
+// WorkRecord encoding, version 1: "GRWK" version=1 u8, worker u64,
+// written i64, configID u64, count u16, then per replica six i64 in
+// scoring.Work field order (QueuedN, QueuedTokens, DecodeN, DecodeTokens,
+// UnseenN, UnseenTokens), each >= 0.
+const (
+	workHeaderLen = headerLen + 8 + 8 + 8 + 2
+	workEntryLen  = 6 * 8
+)
+
+// EncodedLen returns the length of w's encoding.
+func (w *WorkRecord) EncodedLen() int { return workHeaderLen + workEntryLen*len(w.Work) }
+
+// AppendBinary appends w's versioned encoding to b; it fails, returning b,
+// when Work is longer than MaxReplicas or holds a negative figure.
+func (w *WorkRecord) AppendBinary(b []byte) ([]byte, error) {
+	if len(w.Work) > MaxReplicas {
+		return b, fail(ErrInvalid, "work replica count", int64(len(w.Work)), "exceeds "+strconv.Itoa(MaxReplicas))
+	}
+	for i := range w.Work {
+		if err := checkWork(&w.Work[i]); err != nil {
+			return b, err
+		}
+	}
+	b = appendHeader(b, magicWork)
+	b = appendU64(b, w.Worker)
+	b = appendU64(b, uint64(w.WrittenNanos))
+	b = appendU64(b, w.ConfigID)
+	b = appendU16(b, uint16(len(w.Work)))
+	for i := range w.Work {
+		x := &w.Work[i]
+		b = appendU64(b, uint64(x.QueuedN))
+		b = appendU64(b, uint64(x.QueuedTokens))
+		b = appendU64(b, uint64(x.DecodeN))
+		b = appendU64(b, uint64(x.DecodeTokens))
+		b = appendU64(b, uint64(x.UnseenN))
+		b = appendU64(b, uint64(x.UnseenTokens))
+	}
+	return b, nil
+}
+
+func checkWork(x *scoring.Work) error {
+	for _, v := range [...]int64{x.QueuedN, x.QueuedTokens, x.DecodeN, x.DecodeTokens, x.UnseenN, x.UnseenTokens} {
+		if v < 0 {
+			return fail(ErrInvalid, "work figure", v, "must be >= 0")
+		}
+	}
+	return nil
+}
+
+// Decode replaces w with the record encoded in b, reusing w.Work's capacity.
+// It validates all of b first, so on error w is unchanged.
+func (w *WorkRecord) Decode(b []byte) error {
+	r := reader{b: b}
+	if err := r.header(magicWork, "work"); err != nil {
+		return err
+	}
+	worker, written, cfg := r.u64(), int64(r.u64()), r.u64()
+	n := int(r.u16())
+	if r.short {
+		return r.shortErr("work header")
+	}
+	if n > MaxReplicas {
+		return fail(ErrInvalid, "work replica count", int64(n), "exceeds "+strconv.Itoa(MaxReplicas))
+	}
+	if r.left() != n*workEntryLen {
+		if r.left() < n*workEntryLen {
+			return fail(ErrShort, "work replica count", int64(n), "needs more bytes than the value has")
+		}
+		return fail(ErrInvalid, "work trailing bytes", int64(r.left()-n*workEntryLen), "must be 0")
+	}
+	body := r
+	for i := 0; i < n; i++ {
+		x := scoring.Work{
+			QueuedN: int64(r.u64()), QueuedTokens: int64(r.u64()),
+			DecodeN: int64(r.u64()), DecodeTokens: int64(r.u64()),
+			UnseenN: int64(r.u64()), UnseenTokens: int64(r.u64()),
+		}
+		if err := checkWork(&x); err != nil {
+			return err
+		}
+	}
+	w.Worker, w.WrittenNanos, w.ConfigID = worker, written, cfg
+	if n <= cap(w.Work) {
+		w.Work = w.Work[:n]
+	} else {
+		w.Work = make([]scoring.Work, n)
+	}
+	for i := range w.Work {
+		w.Work[i] = scoring.Work{
+			QueuedN: int64(body.u64()), QueuedTokens: int64(body.u64()),
+			DecodeN: int64(body.u64()), DecodeTokens: int64(body.u64()),
+			UnseenN: int64(body.u64()), UnseenTokens: int64(body.u64()),
+		}
+	}
+	return nil
+}
+
+// Board holds the latest decoded WorkRecord of each peer worker. Per tick, for
+// every id in the Registry other than its own, a worker reads the peer's
+// WorkKey and calls Update; then Retain(registry ids) drops departed peers,
+// and Sum adds the live peers' work for scoring. The zero Board is empty,
+// with ConfigID 0; set ConfigID to the worker's ConfigIDOf. Not safe for
+// concurrent use (one per VM).
+type Board struct {
+	// ConfigID filters records: Sum counts only records with this ConfigID.
+	ConfigID uint64
+	peers    []peer
+}
+
+type peer struct {
+	cas uint32
+	rec WorkRecord
+}
+
+// Len returns how many peer records the board holds (live or expired).
+func (b *Board) Len() int { return len(b.peers) }
+
+func (b *Board) find(worker uint64) int {
+	for i := range b.peers {
+		if b.peers[i].rec.Worker == worker {
+			return i
+		}
+	}
+	return -1
+}
+
+// Update stores the value read from worker's key with cas. A cas already seen
+// for that worker skips decoding. A value that does not decode, or names
+// another worker, returns an error and leaves the previous record (which
+// expires on its own). The board holds at most MaxWorkers peers; beyond that
+// Update fails. Steady state (known peers, same replica count) does not
+// allocate.
+func (b *Board) Update(worker uint64, cas uint32, value []byte) error {
+	i := b.find(worker)
+	if i >= 0 && cas != 0 && b.peers[i].cas == cas {
+		return nil
+	}
+	added := i < 0
+	if added {
+		if len(b.peers) >= MaxWorkers {
+			return fail(ErrInvalid, "board peer count", int64(len(b.peers)), "reached "+strconv.Itoa(MaxWorkers))
+		}
+		if len(b.peers) < cap(b.peers) {
+			b.peers = b.peers[:len(b.peers)+1] // reuse a dropped peer's Work slice
+		} else {
+			b.peers = append(b.peers, peer{})
+		}
+		i = len(b.peers) - 1
+		p := &b.peers[i]
+		p.cas, p.rec.Worker, p.rec.WrittenNanos, p.rec.ConfigID, p.rec.Work = 0, worker, 0, 0, p.rec.Work[:0]
+	}
+	p := &b.peers[i]
+	var rec WorkRecord
+	rec.Work = p.rec.Work
+	err := rec.Decode(value)
+	if err == nil && rec.Worker != worker {
+		err = &codecError{msg: "fleet: work record worker " + strconv.FormatUint(rec.Worker, 16) + ": read under the key of worker " + strconv.FormatUint(worker, 16), kind: ErrInvalid}
+	}
+	if err != nil {
+		p.rec.Work = rec.Work[:0] // keep whatever capacity Decode grew
+		if added {
+			b.drop(i)
+		}
+		return err
+	}
+	p.rec, p.cas = rec, cas
+	return nil
+}
+
+// Remove drops worker's record.
+func (b *Board) Remove(worker uint64) {
+	if i := b.find(worker); i >= 0 {
+		b.drop(i)
+	}
+}
+
+// drop removes peer i by swapping the last peer into its place, keeping the
+// removed record's Work slice beyond len for reuse.
+func (b *Board) drop(i int) {
+	last := len(b.peers) - 1
+	b.peers[i], b.peers[last] = b.peers[last], b.peers[i]
+	b.peers = b.peers[:last]
+}
+
+// Retain drops every record whose worker is not in workers (the registry).
+func (b *Board) Retain(workers []uint64) {
+	for i := 0; i < len(b.peers); {
+		if !containsID(workers, b.peers[i].rec.Worker) {
+			b.drop(i)
+			continue
+		}
+		i++
+	}
+}
+
+// Sum adds to out (index-aligned with the replica list; zero it first for a
+// plain sum) the work of every peer record other than me's that has the
+// board's ConfigID, as many entries as out, and a WrittenNanos within
+// maxAgeNanos of nowNanos either way: a dead worker's last record must expire,
+// not count forever, and one stamped far in the future (a clock jump) is not
+// trusted either. It returns how many records it added.
+func (b *Board) Sum(me uint64, nowNanos, maxAgeNanos int64, out []scoring.Work) int {
+	added := 0
+	for i := range b.peers {
+		rec := &b.peers[i].rec
+		if rec.Worker == me || rec.ConfigID != b.ConfigID || len(rec.Work) != len(out) {
+			continue
+		}
+		if d := subSat(nowNanos, rec.WrittenNanos); d > maxAgeNanos || d < -maxAgeNanos {
+			continue
+		}
+		for j := range out {
+			out[j].Add(&rec.Work[j])
+		}
+		added++
+	}
+	return added
+}
+
+// Record returns the stored record of worker, or nil. It aliases the board
+// until the next Update, Remove or Retain.
+func (b *Board) Record(worker uint64) *WorkRecord {
+	if i := b.find(worker); i >= 0 {
+		return &b.peers[i].rec
+	}
+	return nil
+}
+
+// MaxWorkers bounds the Registry and the Board: Envoy runs one worker thread
+// per core (--concurrency), far below it.
+const MaxWorkers = 256
+
+// Registry is the list of live worker ids in shared data (KeyRegistry), so
+// readers know which WorkKeys to read. Ids are kept sorted ascending and
+// unique, which makes the encoding canonical.
+//
+// Protocol: each tick a worker reads the registry; if its id is missing it
+// Adds itself and writes with the CAS it read (0 when the key was missing;
+// creation races like the lease's, and the loser simply finds itself missing
+// on the next read and adds itself again). The leader removes ids whose work
+// record has not been rewritten for a long bound (a dead VM never removes
+// itself), writing with the CAS it read; on CAS_MISMATCH it retries next tick.
+type Registry struct {
+	Workers []uint64
+}
+
+// Registry encoding, version 1: "GRWR" version=1 u8, count u16, then the ids
+// as u64, strictly ascending.
+const registryHeaderLen = headerLen + 2
+
+// Contains reports whether id is registered.
+func (g *Registry) Contains(id uint64) bool { return containsID(g.Workers, id) }
+
+func containsID(ids []uint64, id uint64) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+// Add inserts id in order. It returns false, changing nothing, when id is
+// already present, is 0 (reserved: "nobody"), or the registry holds
+// MaxWorkers ids.
+func (g *Registry) Add(id uint64) bool {
+	if id == 0 || len(g.Workers) >= MaxWorkers {
+		return false
+	}
+	i := 0
+	for i < len(g.Workers) && g.Workers[i] < id {
+		i++
+	}
+	if i < len(g.Workers) && g.Workers[i] == id {
+		return false
+	}
+	g.Workers = append(g.Workers, 0)
+	copy(g.Workers[i+1:], g.Workers[i:])
+	g.Workers[i] = id
+	return true
+}
+
+// Remove deletes id and reports whether it was present.
+func (g *Registry) Remove(id uint64) bool {
+	for i, x := range g.Workers {
+		if x == id {
+			g.Workers = append(g.Workers[:i], g.Workers[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// AppendBinary appends g's versioned encoding to b; it fails, returning b,
+// when the ids are not strictly ascending, include 0, or exceed MaxWorkers.
+func (g *Registry) AppendBinary(b []byte) ([]byte, error) {
+	if err := checkIDs(g.Workers); err != nil {
+		return b, err
+	}
+	b = appendHeader(b, magicRegistry)
+	b = appendU16(b, uint16(len(g.Workers)))
+	for _, id := range g.Workers {
+		b = appendU64(b, id)
+	}
+	return b, nil
+}
+
+func checkIDs(ids []uint64) error {
+	if len(ids) > MaxWorkers {
+		return fail(ErrInvalid, "registry worker count", int64(len(ids)), "exceeds "+strconv.Itoa(MaxWorkers))
+	}
+	prev := uint64(0)
+	for i, id := range ids {
+		if id <= prev {
+			return &codecError{msg: "fleet: registry worker " + strconv.FormatUint(id, 16) + " at " + strconv.Itoa(i) + ": ids must be nonzero and strictly ascending", kind: ErrInvalid}
+		}
+		prev = id
+	}
+	return nil
+}
+
+// Decode replaces g with the registry encoded in b, reusing g.Workers'
+// capacity; on error g is unchanged.
+func (g *Registry) Decode(b []byte) error {
+	r := reader{b: b}
+	if err := r.header(magicRegistry, "registry"); err != nil {
+		return err
+	}
+	n := int(r.u16())
+	if r.short {
+		return r.shortErr("registry header")
+	}
+	if n > MaxWorkers {
+		return fail(ErrInvalid, "registry worker count", int64(n), "exceeds "+strconv.Itoa(MaxWorkers))
+	}
+	if r.left() != 8*n {
+		if r.left() < 8*n {
+			return fail(ErrShort, "registry worker count", int64(n), "needs more bytes than the value has")
+		}
+		return fail(ErrInvalid, "registry trailing bytes", int64(r.left()-8*n), "must be 0")
+	}
+	body := r
+	prev := uint64(0)
+	for i := 0; i < n; i++ {
+		id := r.u64()
+		if id <= prev {
+			return &codecError{msg: "fleet: registry worker " + strconv.FormatUint(id, 16) + " at " + strconv.Itoa(i) + ": ids must be nonzero and strictly ascending", kind: ErrInvalid}
+		}
+		prev = id
+	}
+	if n <= cap(g.Workers) {
+		g.Workers = g.Workers[:n]
+	} else {
+		g.Workers = make([]uint64, n)
+	}
+	for i := range g.Workers {
+		g.Workers[i] = body.u64()
+	}
+	return nil
+}
