@@ -45,10 +45,11 @@ type Request struct {
 	// shared-prefix group); -1 if none.
 	Session int
 
-	segs   []Segment
-	output int      // true output length: hidden from policies but the oracle
-	chain  []uint64 // KV block hashes of the prompt's full blocks
-	key    uint64   // model/adapter seed of the chain
+	segs    []Segment
+	outSeed uint64   // seed of the generated text (multi-turn prompts quote it); 0: not modelled
+	output  int      // true output length: hidden from policies but the oracle
+	chain   []uint64 // KV block hashes of the prompt's full blocks
+	key     uint64   // model/adapter seed of the chain
 }
 
 // NewRequest builds a request from its prompt segments; output is the true

@@ -1,0 +1,252 @@
+// Command gpuroute-sim runs routing policies against a simulated GPU fleet on
+// the same workloads and reports TTFT, throughput, prefix hits, adapter loads
+// and drains, as tables, JSON and a self-contained HTML report.
+//
+//	go run ./hostsim/cmd/gpuroute-sim                       # demo suite, build/report.html
+//	go run ./hostsim/cmd/gpuroute-sim --workload lora --policies llm-d,oracle
+//	go run ./hostsim/cmd/gpuroute-sim --trace testdata/traces/mooncake_fast25_conversation_trace_first2000.jsonl --limit 500
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpuroute/gpuroute/hostsim/fleet"
+)
+
+// wasmPolicy is the registry name of gpuroute's own policy: the plugin
+// module driven through hostsim. Its package registers it with one line,
+// fleet.Register(wasmPolicy, ...), added to init below once it exists.
+const wasmPolicy = "gpuroute"
+
+func init() {
+	// The wasm policy registers here (one line), e.g.:
+	// fleet.Register(wasmPolicy, hostsim.NewFleetPolicy)
+}
+
+// demoTrace is the Mooncake slice the demo replays (first 2,000 lines of
+// kvcache-ai/Mooncake FAST25-release/traces/conversation_trace.jsonl).
+const demoTrace = "testdata/traces/mooncake_fast25_conversation_trace_first2000.jsonl"
+
+var demoWorkloads = []string{"shared-prefix", "lora", "bimodal", "drain"}
+
+type options struct {
+	workload, trace, hardware, policies, jsonPath, reportPath, wasm string
+	limit, replicas, workers, gateways                              int
+	seed                                                            int64
+	duration                                                        time.Duration
+	list                                                            bool
+}
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "gpuroute-sim:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	var o options
+	fs := flag.NewFlagSet("gpuroute-sim", flag.ContinueOnError)
+	fs.StringVar(&o.workload, "workload", "", "workload to run: "+strings.Join(fleet.WorkloadNames, ", ")+" (default: the demo suite)")
+	fs.StringVar(&o.trace, "trace", "", "replay a Mooncake .jsonl or Azure .csv trace instead of a workload")
+	fs.IntVar(&o.limit, "limit", 0, "with --trace: replay only the first N requests")
+	fs.IntVar(&o.replicas, "replicas", 0, "number of replicas (default: the workload's fleet)")
+	fs.StringVar(&o.hardware, "hardware", "", `fleet hardware: "h100" or "h100:4,a100:2,l4:2" (default: the workload's)`)
+	fs.StringVar(&o.policies, "policies", "", "comma-separated policies (default: all baselines, and gpuroute when available)")
+	fs.IntVar(&o.workers, "workers", 2, "policies simulated in parallel; also passed to the wasm policy as Envoy workers")
+	fs.IntVar(&o.gateways, "gateways", 1, "gateway instances the wasm policy emulates")
+	fs.Int64Var(&o.seed, "seed", 1, "seed of the workload generators and policies")
+	fs.DurationVar(&o.duration, "duration", 0, "truncate arrivals after this much virtual time")
+	fs.StringVar(&o.jsonPath, "json", "", "write results as JSON to this file")
+	fs.StringVar(&o.reportPath, "report", "", "write the HTML report to this file (demo default: build/report.html)")
+	fs.BoolVar(&o.list, "list", false, "list workloads and policies, then exit")
+	fs.StringVar(&o.wasm, "wasm", "", "gpuroute plugin module for the gpuroute policy (build/gpuroute.wasm)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if o.list {
+		fmt.Println("workloads:", strings.Join(fleet.WorkloadNames, ", "), "(or --trace FILE)")
+		fmt.Println("policies: ", strings.Join(fleet.Policies(), ", "))
+		if !slices.Contains(fleet.Policies(), wasmPolicy) {
+			fmt.Println("          (" + wasmPolicy + ": not available in this build)")
+		}
+		return nil
+	}
+
+	names, err := pickPolicies(o.policies)
+	if err != nil {
+		return err
+	}
+	var loads []func() (*fleet.Workload, error)
+	wo := fleet.WorkloadOptions{Seed: o.seed, Duration: o.duration}
+	switch {
+	case o.trace != "":
+		loads = append(loads, func() (*fleet.Workload, error) { return fleet.LoadTrace(o.trace, o.limit) })
+	case o.workload != "":
+		loads = append(loads, func() (*fleet.Workload, error) { return fleet.Generate(o.workload, wo) })
+	default:
+		for _, n := range demoWorkloads {
+			loads = append(loads, func() (*fleet.Workload, error) { return fleet.Generate(n, wo) })
+		}
+		if p := findUp(demoTrace); p != "" {
+			loads = append(loads, func() (*fleet.Workload, error) { return fleet.LoadTrace(p, 0) })
+		} else {
+			fmt.Fprintln(os.Stderr, "gpuroute-sim: demo trace", demoTrace, "not found; skipping it")
+		}
+		if o.reportPath == "" {
+			o.reportPath = "build/report.html"
+		}
+	}
+
+	popts := fleet.PolicyOptions{Seed: o.seed, WasmPath: o.wasm, Workers: o.workers, Gateways: o.gateways}
+	var reports []fleet.Report
+	var all []fleet.WorkloadResults
+	tty := isTerminal(os.Stderr)
+	for _, load := range loads {
+		w, err := load()
+		if err != nil {
+			return err
+		}
+		spec := w.Hardware
+		if o.hardware != "" {
+			spec = o.hardware
+		}
+		reps, err := fleet.ParseHardware(spec, o.replicas)
+		if err != nil {
+			return err
+		}
+		cfg := fleet.Config{Replicas: reps, Seed: o.seed}
+		start := time.Now()
+		progress := func(done, total int) {
+			if tty {
+				bar := strings.Repeat("#", done*20/total) + strings.Repeat(".", 20-done*20/total)
+				fmt.Fprintf(os.Stderr, "\r%-24s [%s] %d/%d policies", w.Name, bar, done, total)
+			}
+		}
+		res, err := fleet.RunPolicies(cfg, w, names, popts, o.workers, progress)
+		if tty {
+			fmt.Fprint(os.Stderr, "\r\033[K")
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "gpuroute-sim:", err)
+		}
+		var kept []*fleet.Result
+		rep := fleet.Report{Workload: w.Name}
+		for _, r := range res {
+			if r != nil {
+				kept = append(kept, r)
+				rep.Results = append(rep.Results, r.Summary)
+			}
+		}
+		reports = append(reports, rep)
+		all = append(all, fleet.WorkloadResults{Workload: w, Results: kept})
+		printTable(w, len(reps), spec, kept, time.Since(start))
+	}
+	if o.jsonPath != "" {
+		if err := writeFile(o.jsonPath, func(f *os.File) error { return fleet.WriteJSON(f, reports) }); err != nil {
+			return err
+		}
+	}
+	if o.reportPath != "" {
+		if err := writeFile(o.reportPath, func(f *os.File) error { return fleet.WriteHTML(f, "gpuroute fleet simulation", all) }); err != nil {
+			return err
+		}
+		fmt.Println("report:", o.reportPath)
+	}
+	return nil
+}
+
+// pickPolicies resolves --policies; the wasm policy, when requested but not
+// registered in this build, is reported and skipped.
+func pickPolicies(spec string) ([]string, error) {
+	have := fleet.Policies()
+	if spec == "" {
+		names := slices.Clone(fleet.BaselineNames)
+		if slices.Contains(have, wasmPolicy) {
+			names = append([]string{wasmPolicy}, names...)
+		}
+		return names, nil
+	}
+	var names []string
+	for _, n := range strings.Split(spec, ",") {
+		n = strings.TrimSpace(n)
+		switch {
+		case n == "":
+		case slices.Contains(have, n):
+			names = append(names, n)
+		case n == wasmPolicy:
+			fmt.Fprintln(os.Stderr, "gpuroute-sim: policy \"gpuroute\" (the wasm plugin through hostsim) is not available in this build yet; running the others")
+		default:
+			return nil, errors.New("unknown policy " + fmt.Sprintf("%q", n) + " (have " + strings.Join(have, ", ") + ")")
+		}
+	}
+	if len(names) == 0 {
+		return nil, errors.New("no runnable policy in --policies " + fmt.Sprintf("%q", spec))
+	}
+	return names, nil
+}
+
+func printTable(w *fleet.Workload, n int, spec string, rs []*fleet.Result, took time.Duration) {
+	fmt.Printf("\n== %s: %d requests, %d replicas (%s), %.1fs\n", w.Name, len(w.Requests), n, spec, took.Seconds())
+	fmt.Printf("%-14s %8s %8s %8s %8s %8s %8s %8s %6s %6s %6s %5s %5s\n",
+		"policy", "ttft_avg", "ttft_p50", "ttft_p90", "ttft_p99", "e2e_p50", "e2e_p99", "tok/s", "hit", "loads", "done", "fail", "migr")
+	for _, r := range rs {
+		s := r.Summary
+		fmt.Printf("%-14s %8.3f %8.3f %8.3f %8.3f %8.2f %8.2f %8.0f %6.3f %6d %6d %5d %5d\n",
+			s.Policy, s.TTFTMeanSec, s.TTFTP50Sec, s.TTFTP90Sec, s.TTFTP99Sec, s.E2EP50Sec, s.E2EP99Sec,
+			s.ThroughputTokS, s.PrefixHitRate, s.AdapterLoads, s.Completed, s.Failed, s.Migrated)
+	}
+	if len(rs) > 0 && rs[0].Summary.Drain.DeadlineSec > 0 {
+		for _, r := range rs {
+			d := r.Summary.Drain
+			fmt.Printf("  drain %-14s deadline %.0fs, longest drain %.1fs, new after close %d\n", r.Summary.Policy, d.DeadlineSec, d.FinishedSec, d.NewAfterClose)
+		}
+	}
+}
+
+func writeFile(path string, fn func(*os.File) error) error {
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := fn(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// findUp looks for rel in the working directory and its parents (go run may
+// start anywhere inside the module).
+func findUp(rel string) string {
+	dir, _ := os.Getwd()
+	for dir != "" {
+		p := filepath.Join(dir, rel)
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			break
+		}
+		dir = parent
+	}
+	return ""
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
