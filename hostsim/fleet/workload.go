@@ -172,10 +172,10 @@ var giePrefixStages = []Stage{
 // 0.25 (peak 6 QPS, 90 s) for a 4-replica fleet; raise them for bigger fleets.
 func sharedPrefix(o WorkloadOptions) *Workload {
 	if o.RateScale == 0 {
-		o.RateScale = 0.1
+		o.RateScale = 0.15
 	}
 	if o.TimeScale == 0 {
-		o.TimeScale = 0.25
+		o.TimeScale = 0.5
 	}
 	const groups, perGroup, sysLen, qLen, outLen = 150, 5, 6000, 1200, 1000
 	rng := rand.New(rand.NewPCG(uint64(o.Seed), 1))
@@ -293,7 +293,7 @@ func zipfCDF(n int, s float64) []float64 {
 // bimodal mixes 20-token and 20,000-token outputs (90/10) behind the same
 // max_tokens (20,000), on 1,000-token unique prompts: request counts say
 // nothing about the work a replica holds, and the long ones fill KV caches.
-// Default 6 requests/s for 90 s.
+// Default 12 requests/s for 90 s.
 func bimodal(o WorkloadOptions) *Workload {
 	if o.RateScale == 0 {
 		o.RateScale = 1
@@ -303,7 +303,7 @@ func bimodal(o WorkloadOptions) *Workload {
 	}
 	rng := rand.New(rand.NewPCG(uint64(o.Seed), 4))
 	w := &Workload{Name: "bimodal", Hardware: "h100:4", Source: "synthetic: 90% 20-token, 10% 20,000-token outputs"}
-	for _, at := range arrivals(rng, []Stage{{6, 90 * time.Second}}, o) {
+	for _, at := range arrivals(rng, []Stage{{12, 90 * time.Second}}, o) {
 		out := 20
 		if rng.Float64() < 0.1 {
 			out = 20000
