@@ -204,20 +204,24 @@ func (b *Board) Update(worker uint64, cas uint32, value []byte) error {
 		p.cas, p.rec.Worker, p.rec.WrittenNanos, p.rec.ConfigID, p.rec.Work = 0, worker, 0, 0, p.rec.Work[:0]
 	}
 	p := &b.peers[i]
-	var rec WorkRecord
-	rec.Work = p.rec.Work
-	err := rec.Decode(value)
-	if err == nil && rec.Worker != worker {
-		err = &codecError{msg: "fleet: work record worker " + strconv.FormatUint(rec.Worker, 16) + ": read under the key of worker " + strconv.FormatUint(worker, 16), kind: ErrInvalid}
+	// Check the writer before decoding: Decode overwrites p.rec in place.
+	var err error
+	if len(value) >= headerLen+8 && string(value[:4]) == magicWork {
+		r := reader{b: value, off: headerLen}
+		if id := r.u64(); id != worker {
+			err = &codecError{msg: "fleet: work record worker " + strconv.FormatUint(id, 16) + ": read under the key of worker " + strconv.FormatUint(worker, 16), kind: ErrInvalid}
+		}
+	}
+	if err == nil {
+		err = p.rec.Decode(value) // leaves p.rec unchanged on error
 	}
 	if err != nil {
-		p.rec.Work = rec.Work[:0] // keep whatever capacity Decode grew
 		if added {
 			b.drop(i)
 		}
 		return err
 	}
-	p.rec, p.cas = rec, cas
+	p.cas = cas
 	return nil
 }
 

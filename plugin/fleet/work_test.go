@@ -1,0 +1,259 @@
+package fleet
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/gpuroute/gpuroute/scoring"
+)
+
+func testRecord(worker uint64, written int64, cfg uint64, n int) *WorkRecord {
+	w := &WorkRecord{Worker: worker, WrittenNanos: written, ConfigID: cfg, Work: make([]scoring.Work, n)}
+	for i := range w.Work {
+		v := int64(i) + int64(worker)
+		w.Work[i] = scoring.Work{QueuedN: v, QueuedTokens: 100 * v, DecodeN: 2 * v, DecodeTokens: 200 * v, UnseenN: 1, UnseenTokens: 10}
+	}
+	return w
+}
+
+func recEqual(a, b *WorkRecord) bool {
+	if a.Worker != b.Worker || a.WrittenNanos != b.WrittenNanos || a.ConfigID != b.ConfigID || len(a.Work) != len(b.Work) {
+		return false
+	}
+	for i := range a.Work {
+		if a.Work[i] != b.Work[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestWorkRecordCodec(t *testing.T) {
+	for _, n := range []int{0, 1, 64, MaxReplicas} {
+		in := testRecord(3, -7, 99, n)
+		b, err := in.AppendBinary(nil)
+		if err != nil || len(b) != in.EncodedLen() {
+			t.Fatalf("AppendBinary(%d entries) = %d bytes, %v; want %d bytes", n, len(b), err, in.EncodedLen())
+		}
+		var out WorkRecord
+		if err := out.Decode(b); err != nil || !recEqual(in, &out) {
+			t.Fatalf("Decode(AppendBinary(%d entries)) = %v, equal %v", n, err, recEqual(in, &out))
+		}
+	}
+	good, _ := testRecord(3, 1, 2, 2).AppendBinary(nil)
+	set := func(off int, v ...byte) []byte { b := bytes.Clone(good); copy(b[off:], v); return b }
+	for _, tc := range []struct {
+		name string
+		in   []byte
+		want error
+	}{
+		{name: "empty", in: nil, want: ErrShort},
+		{name: "header cut", in: good[:workHeaderLen-1], want: ErrShort},
+		{name: "entry cut", in: good[:len(good)-1], want: ErrShort},
+		{name: "trailing", in: append(bytes.Clone(good), 0), want: ErrInvalid},
+		{name: "count above max", in: set(workHeaderLen-2, 0xff, 0xff), want: ErrInvalid},
+		{name: "negative figure", in: set(workHeaderLen+7, 0x80), want: ErrInvalid},
+		{name: "version", in: set(4, 2), want: ErrVersion},
+		{name: "magic", in: set(0, 'g'), want: ErrMagic},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := testRecord(1, 1, 1, 1)
+			if err := w.Decode(tc.in); !errors.Is(err, tc.want) || !recEqual(w, testRecord(1, 1, 1, 1)) {
+				t.Fatalf("Decode(%s) = %v, want %v and the record unchanged", tc.name, err, tc.want)
+			}
+		})
+	}
+	bad := testRecord(1, 1, 1, 1)
+	bad.Work[0].DecodeTokens = -1
+	if b, err := bad.AppendBinary(nil); !errors.Is(err, ErrInvalid) || b != nil {
+		t.Fatalf("AppendBinary(negative) = %v, %v; want nil, ErrInvalid", b, err)
+	}
+}
+
+func enc(t *testing.T, w *WorkRecord) []byte {
+	t.Helper()
+	b, err := w.AppendBinary(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestBoardSum(t *testing.T) {
+	const me, cfg, now, maxAge = 1, 42, 1_000_000, 1000
+	one := scoring.Work{QueuedN: 1, QueuedTokens: 10, DecodeN: 1, DecodeTokens: 5}
+	mk := func(worker uint64, written int64, c uint64, n int) []byte {
+		w := &WorkRecord{Worker: worker, WrittenNanos: written, ConfigID: c, Work: make([]scoring.Work, n)}
+		for i := range w.Work {
+			w.Work[i] = one
+		}
+		return enc(t, w)
+	}
+	for _, tc := range []struct {
+		name   string
+		values map[uint64][]byte
+		want   int // records counted
+	}{
+		{name: "none", want: 0},
+		{name: "two fresh peers", values: map[uint64][]byte{2: mk(2, now, cfg, 3), 3: mk(3, now-maxAge, cfg, 3)}, want: 2},
+		{name: "me skipped", values: map[uint64][]byte{me: mk(me, now, cfg, 3), 2: mk(2, now, cfg, 3)}, want: 1},
+		{name: "expired", values: map[uint64][]byte{2: mk(2, now-maxAge-1, cfg, 3)}, want: 0},
+		{name: "from the future", values: map[uint64][]byte{2: mk(2, now+maxAge+1, cfg, 3)}, want: 0},
+		{name: "other config", values: map[uint64][]byte{2: mk(2, now, cfg+1, 3), 3: mk(3, now, cfg, 3)}, want: 1},
+		{name: "wrong length", values: map[uint64][]byte{2: mk(2, now, cfg, 4)}, want: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := Board{ConfigID: cfg}
+			for id, v := range tc.values {
+				if err := b.Update(id, 1, v); err != nil {
+					t.Fatalf("Update(%d) = %v", id, err)
+				}
+			}
+			out := make([]scoring.Work, 3)
+			if got := b.Sum(me, now, maxAge, out); got != tc.want {
+				t.Fatalf("Sum(%s) = %d records, want %d", tc.name, got, tc.want)
+			}
+			for i := range out {
+				w := scoring.Work{}
+				for k := 0; k < tc.want; k++ {
+					w.Add(&one)
+				}
+				if out[i] != w {
+					t.Fatalf("Sum(%s) out[%d] = %+v, want %+v", tc.name, i, out[i], w)
+				}
+			}
+		})
+	}
+}
+
+func TestBoardUpdate(t *testing.T) {
+	b := Board{ConfigID: 5}
+	r2 := enc(t, testRecord(2, 10, 5, 2))
+	if err := b.Update(2, 7, r2); err != nil {
+		t.Fatal(err)
+	}
+	// Same CAS: not decoded again, so even garbage passes.
+	if err := b.Update(2, 7, []byte("junk")); err != nil {
+		t.Fatalf("Update(same cas, junk) = %v, want nil (skipped)", err)
+	}
+	// New CAS with garbage: error, old record kept (it expires on its own).
+	if err := b.Update(2, 8, []byte("junk")); err == nil || !recEqual(b.Record(2), testRecord(2, 10, 5, 2)) {
+		t.Fatalf("Update(junk) = %v, record %+v; want error, previous record kept", err, b.Record(2))
+	}
+	// A record under the wrong key, or garbage from a new peer, is refused
+	// without leaving a record behind.
+	if err := b.Update(3, 1, r2); !errors.Is(err, ErrInvalid) || b.Record(3) != nil || b.Len() != 1 {
+		t.Fatalf("Update(3, worker 2's record) = %v, Len %d; want ErrInvalid, Len 1", err, b.Len())
+	}
+	if err := b.Update(4, 1, nil); err == nil || b.Len() != 1 {
+		t.Fatalf("Update(4, nil) = %v, Len %d; want error, Len 1", err, b.Len())
+	}
+	_ = b.Update(3, 1, enc(t, testRecord(3, 10, 5, 2)))
+	_ = b.Update(4, 1, enc(t, testRecord(4, 10, 5, 2)))
+	b.Retain([]uint64{4, 9})
+	if b.Len() != 1 || b.Record(4) == nil {
+		t.Fatalf("Retain([4 9]): Len %d, has 4 = %v; want 1, true", b.Len(), b.Record(4) != nil)
+	}
+	b.Remove(4)
+	if b.Len() != 0 {
+		t.Fatalf("Remove(4): Len %d, want 0", b.Len())
+	}
+	// Steady state: known peers, same size, new CAS each tick: no allocation.
+	for id := uint64(2); id < 6; id++ {
+		_ = b.Update(id, 1, enc(t, testRecord(id, 10, 5, 64)))
+	}
+	vals := make([][]byte, 6)
+	for id := uint64(2); id < 6; id++ {
+		vals[id] = enc(t, testRecord(id, 11, 5, 64))
+	}
+	out := make([]scoring.Work, 64)
+	cas := uint32(1)
+	if n := testing.AllocsPerRun(100, func() {
+		cas++
+		for id := uint64(2); id < 6; id++ {
+			_ = b.Update(id, cas, vals[id])
+		}
+		b.Sum(1, 11, 100, out)
+	}); n != 0 {
+		t.Fatalf("Board Update+Sum allocs = %v, want 0", n)
+	}
+}
+
+func TestRegistry(t *testing.T) {
+	var g Registry
+	for _, id := range []uint64{5, 1, 9, 5, 0, 3} {
+		g.Add(id)
+	}
+	want := []uint64{1, 3, 5, 9}
+	if len(g.Workers) != len(want) {
+		t.Fatalf("Add(5 1 9 5 0 3) = %v, want %v", g.Workers, want)
+	}
+	for i := range want {
+		if g.Workers[i] != want[i] {
+			t.Fatalf("Add(5 1 9 5 0 3) = %v, want %v", g.Workers, want)
+		}
+	}
+	if !g.Remove(5) || g.Remove(5) || g.Contains(5) || !g.Contains(9) {
+		t.Fatalf("Remove(5) twice / Contains wrong: %v", g.Workers)
+	}
+	b, err := g.AppendBinary(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out Registry
+	if err := out.Decode(b); err != nil || len(out.Workers) != 3 || out.Workers[2] != 9 {
+		t.Fatalf("Decode(AppendBinary(%v)) = %v, %v", g.Workers, out.Workers, err)
+	}
+	var full Registry
+	for i := 1; i <= MaxWorkers+1; i++ {
+		full.Add(uint64(i) * 3)
+	}
+	if len(full.Workers) != MaxWorkers {
+		t.Fatalf("len after %d Adds = %d, want %d", MaxWorkers+1, len(full.Workers), MaxWorkers)
+	}
+	set := func(off int, v ...byte) []byte { c := bytes.Clone(b); copy(c[off:], v); return c }
+	for _, tc := range []struct {
+		name string
+		in   []byte
+		want error
+	}{
+		{name: "empty", in: nil, want: ErrShort},
+		{name: "cut", in: b[:len(b)-1], want: ErrShort},
+		{name: "trailing", in: append(bytes.Clone(b), 0), want: ErrInvalid},
+		{name: "count above max", in: set(5, 0x01, 0x01), want: ErrInvalid},
+		{name: "unsorted", in: set(registryHeaderLen, 0xff), want: ErrInvalid},
+		{name: "zero id", in: set(registryHeaderLen, 0), want: ErrInvalid},
+		{name: "version", in: set(4, 3), want: ErrVersion},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := Registry{Workers: []uint64{7}}
+			if err := r.Decode(tc.in); !errors.Is(err, tc.want) || len(r.Workers) != 1 || r.Workers[0] != 7 {
+				t.Fatalf("Decode(%s) = %v, workers %v; want %v, unchanged", tc.name, err, r.Workers, tc.want)
+			}
+		})
+	}
+	if _, err := (&Registry{Workers: []uint64{2, 1}}).AppendBinary(nil); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("AppendBinary(unsorted) = %v, want ErrInvalid", err)
+	}
+}
+
+func TestWorkKey(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   uint64
+		want string
+	}{
+		{name: "zero", in: 0, want: "gpuroute/work/0000000000000000"},
+		{name: "small", in: 0xab, want: "gpuroute/work/00000000000000ab"},
+		{name: "max", in: 1<<64 - 1, want: "gpuroute/work/ffffffffffffffff"},
+	} {
+		if got := WorkKey(tc.in); got != tc.want || len(got) != WorkKeyLen {
+			t.Errorf("WorkKey(%#x) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+	buf := make([]byte, 0, WorkKeyLen)
+	if n := testing.AllocsPerRun(100, func() { buf = AppendWorkKey(buf[:0], 12345) }); n != 0 {
+		t.Fatalf("AppendWorkKey allocs = %v, want 0", n)
+	}
+}
