@@ -1,0 +1,101 @@
+package fleet
+
+import "testing"
+
+// Steady state: the leader re-encodes into a reused buffer and readers decode
+// into a reused Snapshot every time the CAS changes; neither may allocate.
+
+func TestSnapshotAllocs(t *testing.T) {
+	s := testSnapshot(64, 4)
+	buf := make([]byte, 0, s.EncodedLen())
+	var err error
+	if n := testing.AllocsPerRun(100, func() { buf, err = s.AppendBinary(buf[:0]) }); n != 0 || err != nil {
+		t.Fatalf("AppendBinary(64x4) allocs = %v, err %v; want 0, nil", n, err)
+	}
+	var out Snapshot
+	if err := out.Decode(buf); err != nil {
+		t.Fatal(err)
+	}
+	// A changed figure (new generation, new queue) still decodes without
+	// allocating: only changed adapter names would cost a string.
+	s.Generation++
+	s.Replicas[5].Waiting = 99
+	buf2, _ := s.AppendBinary(nil)
+	if n := testing.AllocsPerRun(100, func() {
+		if err := out.Decode(buf2); err != nil {
+			t.Fatal(err)
+		}
+		if err := out.Decode(buf); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Fatalf("Decode(64x4) allocs = %v, want 0", n)
+	}
+	c := SnapshotCache{ConfigID: s.ConfigID}
+	cas := uint32(0)
+	if n := testing.AllocsPerRun(100, func() {
+		cas++
+		_, _ = c.Update(cas, buf)
+	}); n != 0 {
+		t.Fatalf("SnapshotCache.Update allocs = %v, want 0", n)
+	}
+}
+
+func TestLeaseAllocs(t *testing.T) {
+	buf := make([]byte, 0, 64)
+	var l Lease
+	if n := testing.AllocsPerRun(100, func() {
+		next, _, _ := LeaseStep(l, true, 1, 5, 10)
+		buf, _ = next.AppendBinary(buf[:0])
+		_ = l.Decode(buf)
+	}); n != 0 {
+		t.Fatalf("lease step/encode/decode allocs = %v, want 0", n)
+	}
+}
+
+func BenchmarkSnapshotEncode64(b *testing.B) {
+	s := testSnapshot(64, 4)
+	buf := make([]byte, 0, s.EncodedLen())
+	b.ReportAllocs()
+	b.SetBytes(int64(s.EncodedLen()))
+	for b.Loop() {
+		buf, _ = s.AppendBinary(buf[:0])
+	}
+}
+
+func BenchmarkSnapshotDecode64(b *testing.B) {
+	s := testSnapshot(64, 4)
+	buf, _ := s.AppendBinary(nil)
+	var out Snapshot
+	_ = out.Decode(buf)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(buf)))
+	for b.Loop() {
+		if err := out.Decode(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkWorkRecordDecode64(b *testing.B) {
+	buf, _ := testRecord(2, 1, 1, 64).AppendBinary(nil)
+	var w WorkRecord
+	b.ReportAllocs()
+	b.SetBytes(int64(len(buf)))
+	for b.Loop() {
+		_ = w.Decode(buf)
+	}
+}
+
+func BenchmarkOutboxPushDrain(b *testing.B) {
+	o := NewOutbox(256, 64)
+	chain := make([]uint64, 32)
+	fn := func(int, []uint64) {}
+	b.ReportAllocs()
+	for b.Loop() {
+		o.Push(3, chain)
+		if o.Len() == o.Cap() {
+			o.Drain(fn)
+		}
+	}
+}
