@@ -1,7 +1,6 @@
 package scoring
 
 import (
-	"encoding/binary"
 	"math/bits"
 )
 
@@ -35,10 +34,10 @@ func hashBytes(seed uint64, b []byte) uint64 {
 	for len(b) >= 32 {
 		// Four words per iteration: two independent lanes keep the
 		// multiplier busy (about 1.5 cycles per word on amd64).
-		w0 := binary.LittleEndian.Uint64(b)
-		w1 := binary.LittleEndian.Uint64(b[8:])
-		w2 := binary.LittleEndian.Uint64(b[16:])
-		w3 := binary.LittleEndian.Uint64(b[24:])
+		w0 := le64(b)
+		w1 := le64(b[8:])
+		w2 := le64(b[16:])
+		w3 := le64(b[24:])
 		a := bits.RotateLeft64((h^w0)*mixK1, 31) * mixK2
 		c := bits.RotateLeft64((w1^mixK0)*mixK2, 29) * mixK1
 		a = bits.RotateLeft64((a^w2)*mixK1, 31) * mixK2
@@ -47,7 +46,7 @@ func hashBytes(seed uint64, b []byte) uint64 {
 		b = b[32:]
 	}
 	for len(b) >= 8 {
-		h = bits.RotateLeft64((h^binary.LittleEndian.Uint64(b))*mixK1, 31) * mixK2
+		h = bits.RotateLeft64((h^le64(b))*mixK1, 31) * mixK2
 		b = b[8:]
 	}
 	if len(b) > 0 {

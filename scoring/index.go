@@ -2,7 +2,6 @@ package scoring
 
 import (
 	"encoding"
-	"encoding/binary"
 	"errors"
 	"math/bits"
 	"strconv"
@@ -357,22 +356,22 @@ func (x *PrefixIndex) EncodedLen() int {
 // reinserts, so the encoding is independent of insertion history.
 func (x *PrefixIndex) AppendBinary(b []byte) ([]byte, error) {
 	b = append(b, indexVersion, byte(x.cfg.Stride), byte(bits.Len32(x.mask)), 0)
-	b = binary.LittleEndian.AppendUint16(b, uint16(x.cfg.BlockChars))
-	b = binary.LittleEndian.AppendUint16(b, uint16(x.cfg.MaxReplicas))
-	b = binary.LittleEndian.AppendUint32(b, uint32(x.cfg.MaxEntries))
-	b = binary.LittleEndian.AppendUint32(b, x.clock)
+	b = appendLE16(b, uint16(x.cfg.BlockChars))
+	b = appendLE16(b, uint16(x.cfg.MaxReplicas))
+	b = appendLE32(b, uint32(x.cfg.MaxEntries))
+	b = appendLE32(b, x.clock)
 	for _, c := range x.capN {
-		b = binary.LittleEndian.AppendUint32(b, uint32(c))
+		b = appendLE32(b, uint32(c))
 	}
-	b = binary.LittleEndian.AppendUint32(b, uint32(x.used))
+	b = appendLE32(b, uint32(x.used))
 	for i := range x.slots {
 		e := &x.slots[i]
 		if e.rep == 0 || e.rep == tombRep {
 			continue
 		}
-		b = binary.LittleEndian.AppendUint32(b, e.hash)
-		b = binary.LittleEndian.AppendUint16(b, e.rep-1)
-		b = binary.LittleEndian.AppendUint32(b, e.stamp)
+		b = appendLE32(b, e.hash)
+		b = appendLE16(b, e.rep-1)
+		b = appendLE32(b, e.stamp)
 	}
 	return b, nil
 }
@@ -399,9 +398,9 @@ func (x *PrefixIndex) decode(b []byte) error {
 	}
 	cfg := IndexConfig{
 		Stride:      int(b[1]),
-		BlockChars:  int(binary.LittleEndian.Uint16(b[4:])),
-		MaxReplicas: int(binary.LittleEndian.Uint16(b[6:])),
-		MaxEntries:  int(binary.LittleEndian.Uint32(b[8:])),
+		BlockChars:  int(le16(b[4:])),
+		MaxReplicas: int(le16(b[6:])),
+		MaxEntries:  int(le32(b[8:])),
 	}
 	norm := cfg
 	norm.normalize()
@@ -410,17 +409,17 @@ func (x *PrefixIndex) decode(b []byte) error {
 			", block_chars " + strconv.Itoa(cfg.BlockChars) + ", max_replicas " + strconv.Itoa(cfg.MaxReplicas) +
 			", max_entries " + strconv.Itoa(cfg.MaxEntries))
 	}
-	clock := binary.LittleEndian.Uint32(b[12:])
+	clock := le32(b[12:])
 	b = b[indexHeaderLen:]
 	if len(b) < 4*cfg.MaxReplicas+4 {
 		return errors.New("scoring: prefix index truncated in replica budgets: " + strconv.Itoa(len(b)) + " bytes left")
 	}
 	x.init(cfg)
 	for i := range x.capN {
-		x.capN[i] = int32(min(binary.LittleEndian.Uint32(b[4*i:]), 1<<30))
+		x.capN[i] = int32(min(le32(b[4*i:]), 1<<30))
 	}
 	b = b[4*cfg.MaxReplicas:]
-	n := binary.LittleEndian.Uint32(b)
+	n := le32(b)
 	b = b[4:]
 	if uint64(n) > uint64(cfg.MaxEntries) || uint64(len(b)) != uint64(n)*indexEntryLen {
 		return errors.New("scoring: prefix index entry count " + strconv.FormatUint(uint64(n), 10) +
@@ -429,10 +428,10 @@ func (x *PrefixIndex) decode(b []byte) error {
 	x.clock = clock
 	for ; len(b) >= indexEntryLen; b = b[indexEntryLen:] {
 		e := indexEntry{
-			hash:  binary.LittleEndian.Uint32(b),
-			stamp: binary.LittleEndian.Uint32(b[6:]),
+			hash:  le32(b),
+			stamp: le32(b[6:]),
 		}
-		r := binary.LittleEndian.Uint16(b[4:])
+		r := le16(b[4:])
 		if int(r) >= cfg.MaxReplicas {
 			return errors.New("scoring: prefix index entry replica " + strconv.Itoa(int(r)) + " >= max_replicas " + strconv.Itoa(cfg.MaxReplicas))
 		}

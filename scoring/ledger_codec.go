@@ -1,7 +1,6 @@
 package scoring
 
 import (
-	"encoding/binary"
 	"errors"
 	"math"
 	"strconv"
@@ -37,46 +36,45 @@ func (l *Ledger) EncodedLen() int {
 // AppendBinary appends the ledger's versioned binary encoding to b, for
 // sharing across worker VMs through proxy-wasm shared data.
 func (l *Ledger) AppendBinary(b []byte) ([]byte, error) {
-	le := binary.LittleEndian
 	b = append(b, ledgerVersion, 0)
-	b = le.AppendUint16(b, uint16(len(l.reps)))
-	b = le.AppendUint32(b, uint32(len(l.flights)))
-	b = le.AppendUint64(b, math.Float64bits(l.promptMean))
-	b = le.AppendUint64(b, math.Float64bits(l.outputMean))
-	b = le.AppendUint32(b, l.clock)
-	b = le.AppendUint16(b, uint16(l.InFlight()))
-	b = le.AppendUint16(b, uint16(len(l.adapt)))
+	b = appendLE16(b, uint16(len(l.reps)))
+	b = appendLE32(b, uint32(len(l.flights)))
+	b = appendLE64(b, math.Float64bits(l.promptMean))
+	b = appendLE64(b, math.Float64bits(l.outputMean))
+	b = appendLE32(b, l.clock)
+	b = appendLE16(b, uint16(l.InFlight()))
+	b = appendLE16(b, uint16(len(l.adapt)))
 	for i := range l.flights {
 		f := &l.flights[i]
 		if !f.used {
 			continue
 		}
-		b = le.AppendUint32(b, uint32(i))
-		b = le.AppendUint32(b, f.gen)
+		b = appendLE32(b, uint32(i))
+		b = appendLE32(b, f.gen)
 		first := byte(0)
 		if f.first {
 			first = 1
 		}
 		b = append(b, first)
-		b = le.AppendUint16(b, uint16(f.replica))
-		b = le.AppendUint64(b, uint64(f.dispatched))
-		b = le.AppendUint32(b, sat32(f.prefill))
-		b = le.AppendUint32(b, sat32(f.maxTokens))
-		b = le.AppendUint32(b, sat32(f.expect))
-		b = le.AppendUint32(b, sat32(f.streamed))
-		b = le.AppendUint64(b, f.key)
+		b = appendLE16(b, uint16(f.replica))
+		b = appendLE64(b, uint64(f.dispatched))
+		b = appendLE32(b, sat32(f.prefill))
+		b = appendLE32(b, sat32(f.maxTokens))
+		b = appendLE32(b, sat32(f.expect))
+		b = appendLE32(b, sat32(f.streamed))
+		b = appendLE64(b, f.key)
 	}
 	for _, a := range l.adapt {
-		b = le.AppendUint64(b, a.adapter)
-		b = le.AppendUint16(b, uint16(a.replica))
-		b = le.AppendUint64(b, uint64(a.until))
+		b = appendLE64(b, a.adapter)
+		b = appendLE16(b, uint16(a.replica))
+		b = appendLE64(b, uint64(a.until))
 	}
 	b = append(b, byte(len(l.est)))
 	for _, e := range l.est {
-		b = le.AppendUint64(b, e.key)
-		b = le.AppendUint64(b, math.Float64bits(e.mean))
-		b = le.AppendUint32(b, e.n)
-		b = le.AppendUint32(b, e.stamp)
+		b = appendLE64(b, e.key)
+		b = appendLE64(b, math.Float64bits(e.mean))
+		b = appendLE32(b, e.n)
+		b = appendLE32(b, e.stamp)
 	}
 	return b, nil
 }
@@ -102,25 +100,24 @@ func ledgerErr(what string, got, want int) error {
 }
 
 func (l *Ledger) decode(b []byte) error {
-	le := binary.LittleEndian
 	if len(b) < ledgerHeaderLen+1 {
 		return errors.New("scoring: ledger encoding too short: " + strconv.Itoa(len(b)) + " bytes")
 	}
 	if b[0] != ledgerVersion {
 		return ledgerErr("version", int(b[0]), ledgerVersion)
 	}
-	if n := int(le.Uint16(b[2:])); n != len(l.reps) {
+	if n := int(le16(b[2:])); n != len(l.reps) {
 		return ledgerErr("max replicas", n, len(l.reps))
 	}
-	if n := int(le.Uint32(b[4:])); n != len(l.flights) {
+	if n := int(le32(b[4:])); n != len(l.flights) {
 		return ledgerErr("max in flight", n, len(l.flights))
 	}
-	pm, om := math.Float64frombits(le.Uint64(b[8:])), math.Float64frombits(le.Uint64(b[16:]))
+	pm, om := math.Float64frombits(le64(b[8:])), math.Float64frombits(le64(b[16:]))
 	if !(pm >= 0 && pm < 1e9) || !(om >= 0 && om < 1e9) {
 		return errors.New("scoring: ledger encoding means out of range: " + ftoa(pm) + ", " + ftoa(om))
 	}
-	clock := le.Uint32(b[24:])
-	nf, na := int(le.Uint16(b[28:])), int(le.Uint16(b[30:]))
+	clock := le32(b[24:])
+	nf, na := int(le16(b[28:])), int(le16(b[30:]))
 	if nf > len(l.flights) || na > ledgerAdapterSlots {
 		return errors.New("scoring: ledger encoding holds " + strconv.Itoa(nf) + " flights and " + strconv.Itoa(na) + " adapters, over its bounds")
 	}
@@ -139,8 +136,8 @@ func (l *Ledger) decode(b []byte) error {
 	l.free = l.free[:0]
 	for i := 0; i < nf; i++ {
 		e := b[i*ledgerFlightLen:]
-		slot := int(le.Uint32(e))
-		rep := int(le.Uint16(e[9:]))
+		slot := int(le32(e))
+		rep := int(le16(e[9:]))
 		if slot >= len(l.flights) || l.flights[slot].used {
 			return errors.New("scoring: ledger encoding flight slot " + strconv.Itoa(slot) + " out of range or repeated")
 		}
@@ -149,16 +146,16 @@ func (l *Ledger) decode(b []byte) error {
 		}
 		f := &l.flights[slot]
 		*f = flight{
-			gen:        le.Uint32(e[4:]),
+			gen:        le32(e[4:]),
 			used:       true,
 			first:      e[8] != 0,
 			replica:    int32(rep),
-			dispatched: int64(le.Uint64(e[11:])),
-			prefill:    int64(le.Uint32(e[19:])),
-			maxTokens:  int64(le.Uint32(e[23:])),
-			expect:     int64(le.Uint32(e[27:])),
-			streamed:   int64(le.Uint32(e[31:])),
-			key:        le.Uint64(e[35:]),
+			dispatched: int64(le64(e[11:])),
+			prefill:    int64(le32(e[19:])),
+			maxTokens:  int64(le32(e[23:])),
+			expect:     int64(le32(e[27:])),
+			streamed:   int64(le32(e[31:])),
+			key:        le64(e[35:]),
 		}
 		f.remaining = remainingOf(f)
 		r := &l.reps[rep]
@@ -184,21 +181,21 @@ func (l *Ledger) decode(b []byte) error {
 	b = b[nf*ledgerFlightLen:]
 	for i := 0; i < na; i++ {
 		e := b[i*ledgerAdaptLen:]
-		rep := int(le.Uint16(e[8:]))
+		rep := int(le16(e[8:]))
 		if rep >= len(l.reps) {
 			return ledgerErr("adapter replica bound", rep, len(l.reps)-1)
 		}
-		l.adapt = append(l.adapt, adapterMem{adapter: le.Uint64(e), replica: int32(rep), until: int64(le.Uint64(e[10:]))})
+		l.adapt = append(l.adapt, adapterMem{adapter: le64(e), replica: int32(rep), until: int64(le64(e[10:]))})
 	}
 	b = b[na*ledgerAdaptLen+1:]
 	l.est = l.est[:0]
 	for i := 0; i < ne; i++ {
 		e := b[i*ledgerEstLen:]
-		m := math.Float64frombits(le.Uint64(e[8:]))
+		m := math.Float64frombits(le64(e[8:]))
 		if !(m >= 0 && m < 1e9) {
 			return errors.New("scoring: ledger encoding estimate out of range: " + ftoa(m))
 		}
-		l.est = append(l.est, outputEst{key: le.Uint64(e), mean: m, n: le.Uint32(e[16:]), stamp: le.Uint32(e[20:])})
+		l.est = append(l.est, outputEst{key: le64(e), mean: m, n: le32(e[16:]), stamp: le32(e[20:])})
 	}
 	return nil
 }
