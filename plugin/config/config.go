@@ -17,6 +17,9 @@ import (
 	"errors"
 	"net/netip"
 	"strconv"
+
+	"github.com/gpuroute/gpuroute/plugin/metrics"
+	"github.com/gpuroute/gpuroute/scoring"
 )
 
 // Configuration keys (wire names).
@@ -30,6 +33,25 @@ const (
 	KeyHardware        = "hardware"
 	KeyState           = "state"
 	KeyDrainDeadlineMs = "drain_deadline_ms"
+	KeyMetricsPath     = "metrics_path"
+	KeyAdapterSlots    = "adapter_slots"
+	KeyKVCapacity      = "kv_capacity_tokens"
+
+	KeyAdapters         = "adapters"
+	KeyBlockChars       = "block_chars"
+	KeyMaxBodyBytes     = "max_body_bytes"
+	KeyScrapeTimeoutMs  = "scrape_timeout_ms"
+	KeyLeaseMs          = "lease_ms"
+	KeyUnhealthyAfter   = "unhealthy_after_failures"
+	KeyDecisionHeader   = "decision_header"
+	KeyStatusPath       = "status_path"
+	KeyMaxWaitMs        = "max_wait_ms"
+	KeyFallbacks        = "fallbacks"
+	KeyStaleAfterMs     = "stale_after_ms"
+	KeyStalePenaltyMs   = "stale_penalty_ms"
+	KeyAdapterMemoryMs  = "adapter_memory_ms"
+	KeyAdapterTolerance = "adapter_tolerance_ms"
+	KeyTieEpsilonMs     = "tie_epsilon_ms"
 )
 
 // Bounds and defaults.
@@ -43,6 +65,24 @@ const (
 	MaxTickMillis = 3_600_000
 	// maxQuoted bounds how much of a bad value an error message repeats.
 	maxQuoted = 80
+
+	// DefaultMaxBodyBytes is how much of a request body the plugin buffers
+	// before routing on what it read; MaxBodyBytes bounds it below Envoy's
+	// default per-connection buffer limit (1 MiB) so buffering never turns
+	// into a 413.
+	DefaultMaxBodyBytes = 256 << 10
+	MaxBodyBytes        = 1 << 20
+	// DefaultScrapeTimeoutMillis bounds one metrics call.
+	DefaultScrapeTimeoutMillis = 1000
+	// DefaultUnhealthyAfter is how many consecutive failed scrapes rule a
+	// replica out (one failure only ages its figures).
+	DefaultUnhealthyAfter = 3
+	// MaxAdapters bounds the adapter map (it is copied into every VM).
+	MaxAdapters = 4096
+	// MaxFallbacks bounds the override_host fallback list.
+	MaxFallbacks = 8
+	// DefaultMetricsPath is where vLLM, SGLang and TGI serve Prometheus text.
+	DefaultMetricsPath = "/metrics"
 )
 
 // State is a replica's admission state.
@@ -76,14 +116,6 @@ func (s State) String() string {
 	return "state(" + strconv.Itoa(int(s)) + ")"
 }
 
-// Engines the plugin knows how to scrape (DESIGN.md, data/metrics/).
-const (
-	EngineVLLM   = "vllm"
-	EngineSGLang = "sglang"
-	EngineTGI    = "tgi"
-	EngineTriton = "triton"
-)
-
 // Replica is one model-server endpoint.
 type Replica struct {
 	// Name is unique within the configuration.
@@ -96,11 +128,23 @@ type Replica struct {
 	// MetricsCluster is the Envoy cluster that serves the replica's /metrics
 	// (optional until scraping lands).
 	MetricsCluster string
-	// Engine is one of the Engine* names; default EngineVLLM.
-	Engine string
-	// Hardware names a hardware profile (e.g. "h100"); free-form here, checked
-	// by the scoring integration.
+	// MetricsPath is the metrics endpoint's path (default "/metrics";
+	// trtllm-serve uses "/prometheus/metrics").
+	MetricsPath string
+	// Engine selects the metric names; default vLLM.
+	Engine metrics.Engine
+	// MetricNames are the engine's default names (overridable later).
+	MetricNames metrics.Names
+	// Hardware names the cost profile (scoring.LookupHardware); Profile is
+	// the profile itself. Default "h100".
 	Hardware string
+	Profile  scoring.Hardware
+	// AdapterSlots is the replica's LoRA slot count (vLLM max_loras); -1
+	// (default) takes it from metrics, 0 means the replica serves no adapters.
+	AdapterSlots int
+	// KVCapacityTokens overrides the KV cache size the metrics report (0: use
+	// metrics, then the hardware profile).
+	KVCapacityTokens int
 	// State is the admission state; default StateActive.
 	State State
 	// DrainDeadlineUnixMillis is when a draining replica's remaining requests
@@ -114,6 +158,48 @@ type Replica struct {
 type Config struct {
 	Replicas   []Replica
 	TickMillis uint32
+	// Adapters maps an OpenAI "model" value that names a LoRA adapter to the
+	// adapter (configured as "adapters": {"name": "base model"}); any other
+	// model value is a base model.
+	Adapters map[string]Adapter
+	// BlockChars is the prefix block size in characters (default 64: vLLM's
+	// 16-token block at about 4 characters per token).
+	BlockChars int
+	// MaxBodyBytes is how much of a request body is buffered before routing.
+	MaxBodyBytes int
+	// ScrapeTimeoutMillis bounds one metrics call; LeaseMillis is the scrape
+	// lease's lifetime (default 3 ticks, at least 1 s).
+	ScrapeTimeoutMillis uint32
+	LeaseMillis         uint32
+	// UnhealthyAfterFailures consecutive failed scrapes rule a replica out.
+	UnhealthyAfterFailures int
+	// DecisionHeader adds x-gpuroute-decision to responses (off by default).
+	DecisionHeader bool
+	// StatusPath, when set, is answered locally with the fleet state as JSON
+	// (off by default).
+	StatusPath string
+	// MaxWaitSec sheds load: when even the best replica's queue W exceeds it,
+	// the request gets a 429 (0: never).
+	MaxWaitSec float64
+	// Fallbacks is how many next-best replicas follow the chosen one in the
+	// destination header, for Envoy's override_host policy (0: one value,
+	// which ORIGINAL_DST requires).
+	Fallbacks int
+	// Params are the decision's tunables.
+	Params scoring.Params
+}
+
+// Adapter is a LoRA adapter served under its own OpenAI "model" name.
+type Adapter struct {
+	Name, Base string
+}
+
+// LookupAdapter returns the adapter named by an OpenAI "model" value, if
+// it is one. It does not allocate (the compiler elides string(model) in a
+// map index).
+func (c *Config) LookupAdapter(model []byte) (Adapter, bool) {
+	a, ok := c.Adapters[string(model)]
+	return a, ok
 }
 
 // Parse parses and validates a configuration. It never panics; on error the
@@ -123,7 +209,14 @@ func Parse(data []byte) (*Config, error) {
 	if i >= len(data) || data[i] != '{' {
 		return nil, errors.New("config: want a JSON object, got " + quote(data))
 	}
-	cfg := &Config{TickMillis: DefaultTickMillis}
+	cfg := &Config{
+		TickMillis:             DefaultTickMillis,
+		BlockChars:             scoring.DefaultBlockChars,
+		MaxBodyBytes:           DefaultMaxBodyBytes,
+		ScrapeTimeoutMillis:    DefaultScrapeTimeoutMillis,
+		UnhealthyAfterFailures: DefaultUnhealthyAfter,
+		Params:                 scoring.DefaultParams(),
+	}
 	var seen seenKeys
 	end, err := object(data, i, 1, func(key string, k kind, raw []byte) error {
 		if err := seen.add("", key); err != nil {
@@ -143,7 +236,7 @@ func Parse(data []byte) (*Config, error) {
 			cfg.TickMillis = uint32(v)
 			return nil
 		}
-		return errors.New("config: unknown key " + quoteString(key))
+		return parseRouting(cfg, key, k, raw)
 	})
 	if err != nil {
 		return nil, err
@@ -155,6 +248,12 @@ func Parse(data []byte) (*Config, error) {
 	}
 	if len(cfg.Replicas) == 0 {
 		return nil, errors.New("config: " + KeyReplicas + " must list at least one replica")
+	}
+	if cfg.LeaseMillis == 0 {
+		cfg.LeaseMillis = max(3*cfg.TickMillis, 1000)
+	}
+	if err := cfg.Params.Validate(); err != nil {
+		return nil, errors.New("config: " + err.Error())
 	}
 	return cfg, nil
 }
@@ -184,7 +283,8 @@ func parseReplicas(cfg *Config, k kind, raw []byte) error {
 }
 
 func parseReplica(i int, k kind, raw []byte) (Replica, error) {
-	r := Replica{Engine: EngineVLLM, State: StateActive}
+	r := Replica{Engine: metrics.EngineVLLM, State: StateActive, MetricsPath: DefaultMetricsPath,
+		Hardware: scoring.HardwareH100, Profile: scoring.DefaultHardware(), AdapterSlots: -1}
 	where := KeyReplicas + "[" + strconv.Itoa(i) + "]"
 	if k != kindObject {
 		return r, errors.New("config: " + where + " must be an object, got " + k.String())
@@ -196,7 +296,7 @@ func parseReplica(i int, k kind, raw []byte) (Replica, error) {
 			return err
 		}
 		switch key {
-		case KeyName, KeyAddress, KeyMetricsCluster, KeyEngine, KeyHardware, KeyState:
+		case KeyName, KeyAddress, KeyMetricsCluster, KeyEngine, KeyHardware, KeyState, KeyMetricsPath:
 			s, err := stringValue(field(i, key), k, raw)
 			if err != nil {
 				return err
@@ -215,6 +315,14 @@ func parseReplica(i int, k kind, raw []byte) (Replica, error) {
 			}
 			r.DrainDeadlineUnixMillis = v
 			return nil
+		case KeyAdapterSlots:
+			v, err := boundedInt(field(i, key), k, raw, -1, 1024)
+			r.AdapterSlots = int(v)
+			return err
+		case KeyKVCapacity:
+			v, err := boundedInt(field(i, key), k, raw, 0, 1<<40)
+			r.KVCapacityTokens = int(v)
+			return err
 		}
 		return errors.New("config: " + where + ": unknown key " + quoteString(key))
 	})
@@ -226,6 +334,9 @@ func parseReplica(i int, k kind, raw []byte) (Replica, error) {
 	}
 	if !r.Address.IsValid() {
 		return r, errors.New("config: " + field(i, KeyAddress) + " is required")
+	}
+	if r.MetricNames == (metrics.Names{}) {
+		r.MetricNames = metrics.DefaultNames(r.Engine)
 	}
 	if r.DrainDeadlineUnixMillis != 0 && r.State != StateDraining {
 		return r, errors.New("config: " + field(i, KeyDrainDeadlineMs) + " is only allowed with state " +
@@ -259,15 +370,24 @@ func setReplicaString(r *Replica, i int, key, s string) error {
 			return errors.New("config: " + field(i, key) + " must not be empty")
 		}
 		r.MetricsCluster = s
-	case KeyEngine:
-		switch s {
-		case EngineVLLM, EngineSGLang, EngineTGI, EngineTriton:
-			r.Engine = s
-		default:
-			return errors.New("config: " + field(i, key) + " " + quoteString(s) + " is not one of vllm, sglang, tgi, triton")
+	case KeyMetricsPath:
+		if s == "" || s[0] != '/' {
+			return errors.New("config: " + field(i, key) + " " + quoteString(s) + " must start with /")
 		}
+		r.MetricsPath = s
+	case KeyEngine:
+		e, err := metrics.ParseEngine(s)
+		if err != nil {
+			return errors.New("config: " + field(i, key) + " " + quoteString(s) + " is not one of vllm, sglang, tgi, triton, trtllm-serve")
+		}
+		r.Engine = e
+		r.MetricNames = metrics.DefaultNames(e)
 	case KeyHardware:
-		r.Hardware = s
+		hw, ok := scoring.LookupHardware(s)
+		if !ok {
+			return errors.New("config: " + field(i, key) + " " + quoteString(s) + " is not a known profile (h100, a100, l40s, l4)")
+		}
+		r.Hardware, r.Profile = hw.Name, hw
 	case KeyState:
 		switch s {
 		case StateNameActive:

@@ -1,6 +1,8 @@
 package config
 
 import (
+	"github.com/gpuroute/gpuroute/plugin/metrics"
+	"github.com/gpuroute/gpuroute/scoring"
 	"net/netip"
 	"strings"
 	"testing"
@@ -15,7 +17,9 @@ func TestParseExample(t *testing.T) {
 	}
 	want := Replica{
 		Name: "vllm-0", Address: netip.MustParseAddrPort("10.0.0.1:8000"), AddressText: "10.0.0.1:8000",
-		MetricsCluster: "vllm-0-metrics", Engine: "vllm", Hardware: "h100", State: StateActive,
+		MetricsCluster: "vllm-0-metrics", MetricsPath: "/metrics", Engine: metrics.EngineVLLM,
+		MetricNames: metrics.DefaultNames(metrics.EngineVLLM), Hardware: "h100", Profile: scoring.DefaultHardware(),
+		State: StateActive, AdapterSlots: -1,
 	}
 	if len(cfg.Replicas) != 1 || cfg.Replicas[0] != want || cfg.TickMillis != 1000 {
 		t.Errorf("Parse(example) = %+v, want one replica %+v and tick 1000", cfg, want)
@@ -30,7 +34,7 @@ func TestParseAccepts(t *testing.T) {
 	}{
 		{name: "defaults", in: `{"replicas":[{"name":"a","address":"10.0.0.1:1"}]}`, check: func(c *Config) bool {
 			r := c.Replicas[0]
-			return c.TickMillis == DefaultTickMillis && r.Engine == EngineVLLM && r.State == StateActive
+			return c.TickMillis == DefaultTickMillis && r.Engine == metrics.EngineVLLM && r.State == StateActive
 		}},
 		{name: "ipv6 canonical", in: `{"replicas":[{"name":"a","address":"[2001:DB8::1]:80"}]}`, check: func(c *Config) bool {
 			return c.Replicas[0].AddressText == "[2001:db8::1]:80"
@@ -45,7 +49,7 @@ func TestParseAccepts(t *testing.T) {
 			return c.Replicas[0].Name == "ab" && c.TickMillis == 50
 		}},
 		{name: "engines", in: `{"replicas":[{"name":"a","address":"10.0.0.1:1","engine":"sglang"},{"name":"b","address":"10.0.0.1:2","engine":"tgi"},{"name":"c","address":"10.0.0.1:3","engine":"triton"}]}`, check: func(c *Config) bool {
-			return c.Replicas[2].Engine == EngineTriton
+			return c.Replicas[2].Engine == metrics.EngineTriton
 		}},
 	}
 	for _, tc := range tests {
@@ -88,7 +92,7 @@ func TestParseRejects(t *testing.T) {
 		{name: "bad state", in: `{"replicas":[` + r(`,"state":"paused"`) + `]}`,
 			want: `config: replicas[0].state "paused" is not one of active, draining, drained`},
 		{name: "bad engine", in: `{"replicas":[` + r(`,"engine":"ollama"`) + `]}`,
-			want: `config: replicas[0].engine "ollama" is not one of vllm, sglang, tgi, triton`},
+			want: `config: replicas[0].engine "ollama" is not one of vllm, sglang, tgi, triton, trtllm-serve`},
 		{name: "deadline when active", in: `{"replicas":[` + r(`,"drain_deadline_ms":5`) + `]}`,
 			want: `config: replicas[0].drain_deadline_ms is only allowed with state "draining", got state ""`},
 		{name: "negative deadline", in: `{"replicas":[` + r(`,"state":"draining","drain_deadline_ms":-5`) + `]}`,

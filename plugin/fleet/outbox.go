@@ -71,12 +71,20 @@ func (o *Outbox) Push(replica int, chain []uint64) {
 // chain passed to fn aliases the outbox's storage: use it within the call
 // (scoring.PrefixIndex.Record copies what it keeps) and do not Push from fn.
 func (o *Outbox) Drain(fn func(replica int, chain []uint64)) {
+	o.Each(fn)
+	o.Reset()
+}
+
+// Each calls fn for every entry, oldest first, and keeps them: a CAS merge
+// that loses the race applies the same entries again on its retry.
+func (o *Outbox) Each(fn func(replica int, chain []uint64)) {
 	c := len(o.replicas)
-	for ; o.n > 0; o.n-- {
-		i := o.head
-		o.head = (o.head + 1) % c
+	for k := 0; k < o.n; k++ {
+		i := (o.head + k) % c
 		base := i * o.maxBlocks
 		fn(int(o.replicas[i]), o.blocks[base:base+int(o.lens[i]):base+int(o.lens[i])])
 	}
-	o.head = 0
 }
+
+// Reset empties the outbox.
+func (o *Outbox) Reset() { o.head, o.n = 0, 0 }

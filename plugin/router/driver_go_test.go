@@ -68,13 +68,16 @@ func (d *goDriver) configure(cfg string) bool {
 	return ok
 }
 
-func (d *goDriver) request(hdrs [][2]string) ([][2]string, types.Action, *localReply) {
+func (d *goDriver) request(hdrs [][2]string, body string) ([][2]string, types.Action, *localReply) {
 	d.t.Helper()
 	if d.release == nil {
 		d.t.Fatal("request before configure")
 	}
 	id := d.host.InitializeHttpContext()
-	action := d.host.CallOnRequestHeaders(id, hdrs, false)
+	action := d.host.CallOnRequestHeaders(id, hdrs, body == "")
+	if body != "" && d.host.GetSentLocalResponse(id) == nil {
+		action = d.host.CallOnRequestBody(id, []byte(body), true)
+	}
 	got := d.host.GetCurrentRequestHeaders(id)
 	var local *localReply
 	if lr := d.host.GetSentLocalResponse(id); lr != nil {

@@ -18,10 +18,10 @@ type driver interface {
 	// serving requests and ticks, as in Envoy.
 	configure(cfg string) bool
 	// request runs one HTTP stream under the serving root: request headers
-	// (end_of_stream false), then on_log/on_delete. It returns the request
-	// headers as the host would forward them, the action, and the local reply
-	// if one was sent (nil otherwise).
-	request(hdrs [][2]string) (got [][2]string, action types.Action, local *localReply)
+	// (end_of_stream when body is empty), the body in one chunk if any, then
+	// on_log/on_delete. It returns the request headers as the host would
+	// forward them, the last action, and the local reply if one was sent.
+	request(hdrs [][2]string, body string) (got [][2]string, action types.Action, local *localReply)
 	// tick fires the serving root's proxy_on_tick once.
 	tick()
 	// tickPeriodMillis is the tick period the serving root set.

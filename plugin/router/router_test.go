@@ -2,6 +2,7 @@ package router
 
 import (
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -19,6 +20,9 @@ const (
 		`{"name":"b","address":"10.0.0.2:8000","state":"draining","drain_deadline_ms":1767225600000},` +
 		`{"name":"c","address":"10.0.0.3:8000"},` +
 		`{"name":"d","address":"10.0.0.4:8000","state":"drained"}]}`
+	cfgFour = `{"replicas":[` +
+		`{"name":"a","address":"10.0.0.1:8000"},{"name":"b","address":"10.0.0.2:8000"},` +
+		`{"name":"c","address":"10.0.0.3:8000"},{"name":"d","address":"10.0.0.4:8000"}]}`
 	cfgNone = `{"replicas":[` +
 		`{"name":"b","address":"10.0.0.2:8000","state":"draining"},` +
 		`{"name":"d","address":"10.0.0.4:8000","state":"drained"}]}`
@@ -27,6 +31,15 @@ const (
 var baseRequest = [][2]string{
 	{":method", "POST"}, {":path", "/v1/chat/completions"}, {":authority", "gateway"},
 	{"content-type", "application/json"},
+}
+
+// chatBody is a chat completion request with one user message.
+func chatBody(content string) string {
+	b, _ := json.Marshal(map[string]any{
+		"model":    "llama-3-8b",
+		"messages": []map[string]string{{"role": "user", "content": content}},
+	})
+	return string(b)
 }
 
 // destinations returns every value of HeaderDestination in hdrs (any case).
@@ -43,7 +56,7 @@ func destinations(hdrs [][2]string) []string {
 // route sends one base request and returns its single destination.
 func route(t *testing.T, d driver) string {
 	t.Helper()
-	got, action, local := d.request(baseRequest)
+	got, action, local := d.request(baseRequest, "")
 	dst := destinations(got)
 	if action != types.ActionContinue || local != nil || len(dst) != 1 {
 		t.Fatalf("request() = headers %q, action %v, local %+v; want one destination, Continue, no local reply", got, action, local)
@@ -107,25 +120,128 @@ func TestReconfigure(t *testing.T) {
 		if !d.configure(cfgTwo) {
 			t.Fatalf("configure(cfgTwo) = false, want true")
 		}
-		if a, b := route(t, d), route(t, d); a != "10.0.0.1:8000" || b != "10.0.0.2:8000" {
-			t.Errorf("destinations after reconfigure = %q, %q; want 10.0.0.1:8000, 10.0.0.2:8000", a, b)
+		if a := route(t, d); a != "10.0.0.1:8000" && a != "10.0.0.2:8000" {
+			t.Errorf("destination after reconfigure = %q; want one of cfgTwo's replicas", a)
 		}
 	})
 }
 
-func TestRoundRobinSkipsInactive(t *testing.T) {
+func TestSkipsClosedReplicas(t *testing.T) {
 	eachLeg(t, func(t *testing.T, d driver) {
 		if !d.configure(cfgMixed) {
 			t.Fatalf("configure(cfgMixed) = false, want true")
 		}
-		want := []string{"10.0.0.1:8000", "10.0.0.3:8000", "10.0.0.1:8000", "10.0.0.3:8000", "10.0.0.1:8000"}
-		for i, w := range want {
-			if got := route(t, d); got != w {
-				t.Errorf("request %d destination = %q, want %q", i, got, w)
+		seen := map[string]int{}
+		for i := range 40 {
+			got, _, local := d.request(baseRequest, chatBody("prompt "+strconv.Itoa(i)+strings.Repeat(" x", 100)))
+			if local != nil {
+				t.Fatalf("request %d got a local reply %+v", i, local)
+			}
+			for _, dst := range destinations(got) {
+				seen[dst]++
 			}
 		}
-		if n, ok := d.counter(MetricDecisionsRouted); !ok || n != uint64(len(want)) {
-			t.Errorf("counter %s = %d, %v; want %d", MetricDecisionsRouted, n, ok, len(want))
+		if seen["10.0.0.2:8000"] != 0 || seen["10.0.0.4:8000"] != 0 {
+			t.Errorf("destinations = %v; the draining 10.0.0.2 and drained 10.0.0.4 must get nothing", seen)
+		}
+		if seen["10.0.0.1:8000"] == 0 || seen["10.0.0.3:8000"] == 0 || seen["10.0.0.1:8000"]+seen["10.0.0.3:8000"] != 40 {
+			t.Errorf("destinations = %v; want all 40 spread over 10.0.0.1 and 10.0.0.3", seen)
+		}
+		if n, ok := d.counter(statDecisions); !ok || n != 40 {
+			t.Errorf("counter %s = %d, %v; want 40", statDecisions, n, ok)
+		}
+	})
+}
+
+// TestPrefixAffinity: requests sharing a long prefix go to the replica that
+// served it, while unrelated prompts spread over the fleet.
+func TestPrefixAffinity(t *testing.T) {
+	eachLeg(t, func(t *testing.T, d driver) {
+		if !d.configure(cfgFour) {
+			t.Fatalf("configure(cfgFour) = false, want true")
+		}
+		system := strings.Repeat("You are a careful assistant for the payments team. ", 200) // ~10k chars
+		home := ""
+		for i := range 8 {
+			got, _, _ := d.request(baseRequest, chatBody(system+"question "+strconv.Itoa(i)))
+			dst := destinations(got)
+			if len(dst) != 1 {
+				t.Fatalf("request %d destinations = %q, want one", i, dst)
+			}
+			if home == "" {
+				home = dst[0]
+			} else if dst[0] != home {
+				t.Fatalf("request %d with the shared prefix went to %s, want its home %s", i, dst[0], home)
+			}
+		}
+		spread := map[string]bool{}
+		for i := range 32 {
+			got, _, _ := d.request(baseRequest, chatBody(strconv.Itoa(i)+strings.Repeat(" unrelated", 300)))
+			for _, dst := range destinations(got) {
+				spread[dst] = true
+			}
+		}
+		if len(spread) < 3 {
+			t.Errorf("32 unrelated prompts went to %d replicas, want them spread over at least 3 of 4", len(spread))
+		}
+		if n, ok := d.counter(statPrefixHitTokens); !ok || n == 0 {
+			t.Errorf("counter %s = %d, %v; want > 0 after repeated prefixes", statPrefixHitTokens, n, ok)
+		}
+	})
+}
+
+// TestBodyNotJSON: a body that is not JSON is routed on load alone and
+// counted, never answered with an error.
+func TestBodyNotJSON(t *testing.T) {
+	eachLeg(t, func(t *testing.T, d driver) {
+		if !d.configure(cfgTwo) {
+			t.Fatalf("configure(cfgTwo) = false, want true")
+		}
+		for _, body := range []string{"not json", `{"messages":[{"role":"user","content":"no model"}]}`, `{"model":`} {
+			got, action, local := d.request(baseRequest, body)
+			if local != nil || action != types.ActionContinue || len(destinations(got)) != 1 {
+				t.Errorf("request(body %q) = action %v, local %+v, destinations %q; want Continue and one destination", body, action, local, destinations(got))
+			}
+		}
+		if n, ok := d.counter(statBodyUnparsed); !ok || n != 3 {
+			t.Errorf("counter %s = %d, %v; want 3", statBodyUnparsed, n, ok)
+		}
+	})
+}
+
+// TestStatusEndpoint: off by default (the path is routed like any other);
+// when configured, answered locally with the fleet and nothing echoed.
+func TestStatusEndpoint(t *testing.T) {
+	statusReq := [][2]string{{":method", "GET"}, {":path", "/gpuroute/status?x=<script>"}, {":authority", "gw"}}
+	eachLeg(t, func(t *testing.T, d driver) {
+		if !d.configure(cfgTwo) {
+			t.Fatalf("configure(cfgTwo) = false, want true")
+		}
+		if _, _, local := d.request(statusReq, ""); local != nil {
+			t.Fatalf("status path without status_path configured got local reply %+v, want it routed", local)
+		}
+		cfg := strings.Replace(cfgTwo, `"tick_ms":250`, `"tick_ms":250,"status_path":"/gpuroute/status"`, 1)
+		if !d.configure(cfg) {
+			t.Fatalf("configure(%s) = false", cfg)
+		}
+		_, _, local := d.request(statusReq, "")
+		if local == nil || local.status != 200 {
+			t.Fatalf("status request = %+v, want a local 200", local)
+		}
+		var st struct {
+			Replicas []struct {
+				Name, Address, State string
+				Healthy              bool
+			}
+		}
+		if err := json.Unmarshal([]byte(local.body), &st); err != nil {
+			t.Fatalf("status body %q is not JSON: %v", local.body, err)
+		}
+		if len(st.Replicas) != 2 || st.Replicas[0].Name != "vllm-0" || st.Replicas[1].Address != "10.0.0.2:8000" || st.Replicas[0].State != "serving" {
+			t.Errorf("status = %+v, want vllm-0 and vllm-1 (10.0.0.2:8000), serving", st)
+		}
+		if strings.Contains(local.body, "script") {
+			t.Errorf("status body echoes request data: %q", local.body)
 		}
 	})
 }
@@ -149,7 +265,7 @@ func TestClientDestinationReplaced(t *testing.T) {
 					t.Fatalf("configure(cfgOther) = false, want true")
 				}
 				in := append(append([][2]string(nil), baseRequest...), tc.extra...)
-				got, action, local := d.request(in)
+				got, action, local := d.request(in, "")
 				dst := destinations(got)
 				if action != types.ActionContinue || local != nil || len(dst) != 1 || dst[0] != "10.0.1.1:30000" {
 					t.Errorf("request(%q) = destinations %q, action %v, local %+v; want exactly [10.0.1.1:30000], Continue", in, dst, action, local)
@@ -165,7 +281,7 @@ func TestNoEligibleReplica(t *testing.T) {
 			t.Fatalf("configure(cfgNone) = false, want true")
 		}
 		in := append(append([][2]string(nil), baseRequest...), [2]string{HeaderDestination, "10.9.9.9:1"})
-		_, action, local := d.request(in)
+		_, action, local := d.request(in, "")
 		if action != types.ActionPause || local == nil || local.status != 503 {
 			t.Fatalf("request with no eligible replica = action %v, local %+v; want Pause and a 503", action, local)
 		}
@@ -191,51 +307,8 @@ func TestNoEligibleReplica(t *testing.T) {
 		if ct != "application/json" {
 			t.Errorf("503 content-type = %q, want application/json", ct)
 		}
-		if n, ok := d.counter(MetricDecisionsUnavailable); !ok || n != 1 {
-			t.Errorf("counter %s = %d, %v; want 1", MetricDecisionsUnavailable, n, ok)
+		if n, ok := d.counter(statUnavailable); !ok || n != 1 {
+			t.Errorf("counter %s = %d, %v; want 1", statUnavailable, n, ok)
 		}
 	})
-}
-
-func TestTickPublishesSharedData(t *testing.T) {
-	eachLeg(t, func(t *testing.T, d driver) {
-		if !d.configure(cfgTwo) {
-			t.Fatalf("configure(cfgTwo) = false, want true")
-		}
-		if _, _, ok := d.sharedData(SharedKeyTick); ok {
-			t.Fatalf("shared data %q present before any tick", SharedKeyTick)
-		}
-		var lastCAS uint32
-		for i := uint64(1); i <= 3; i++ {
-			d.tick()
-			v, cas, ok := d.sharedData(SharedKeyTick)
-			_, ticks, valid := DecodeTick(v)
-			if !ok || !valid || ticks != i {
-				t.Fatalf("after tick %d shared data = %v (ok %v), decoded ticks %d (valid %v); want %d", i, v, ok, ticks, valid, i)
-			}
-			if cas == lastCAS {
-				t.Errorf("after tick %d CAS = %d, unchanged; want a new CAS per write", i, cas)
-			}
-			lastCAS = cas
-		}
-	})
-}
-
-func TestDecodeTick(t *testing.T) {
-	tests := []struct {
-		name string
-		in   []byte
-		ok   bool
-	}{
-		{name: "valid", in: []byte{1, 7, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0}, ok: true},
-		{name: "short", in: []byte{1, 7}, ok: false},
-		{name: "wrong version", in: []byte{2, 7, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0}, ok: false},
-		{name: "empty", in: nil, ok: false},
-	}
-	for _, tc := range tests {
-		root, ticks, ok := DecodeTick(tc.in)
-		if ok != tc.ok || (ok && (root != 7 || ticks != 3)) {
-			t.Errorf("DecodeTick(%v) = %d, %d, %v; want ok %v", tc.in, root, ticks, ok, tc.ok)
-		}
-	}
 }

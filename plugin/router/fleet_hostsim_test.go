@@ -1,0 +1,396 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpuroute/gpuroute/hostsim"
+)
+
+// Tests that need several worker VMs, metrics callouts, responses and
+// time: they drive build/gpuroute.wasm in hostsim only (the SDK emulator has
+// one root and no shared clock).
+
+// fakeReplica serves vLLM-format metrics for one replica.
+type fakeReplica struct {
+	mu      sync.Mutex
+	waiting int
+	running int
+	kv      float64
+	status  int    // HTTP status to answer (0: 200)
+	body    string // raw body instead of metrics ("" : render)
+	silent  bool   // never answer (timeout)
+	scrapes int
+}
+
+func (f *fakeReplica) handle(*hostsim.CallRequest) hostsim.CallReply {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.scrapes++
+	if f.silent {
+		return hostsim.CallReply{NoAnswer: true}
+	}
+	body := f.body
+	if body == "" {
+		body = "# TYPE vllm:num_requests_waiting gauge\n" +
+			"vllm:num_requests_waiting{model_name=\"m\"} " + strconv.Itoa(f.waiting) + "\n" +
+			"vllm:num_requests_running{model_name=\"m\"} " + strconv.Itoa(f.running) + "\n" +
+			"vllm:kv_cache_usage_perc{model_name=\"m\"} " + strconv.FormatFloat(f.kv, 'f', 3, 64) + "\n" +
+			"vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"25000\"} 1\n"
+	}
+	return hostsim.CallReply{Status: f.status, Body: []byte(body), Latency: 5 * time.Millisecond}
+}
+
+func (f *fakeReplica) set(fn func(*fakeReplica)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn(f)
+}
+
+func (f *fakeReplica) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.scrapes
+}
+
+// testFleet is one Envoy (a hostsim Host) with workers VMs of the module,
+// configured with replicas fake replicas behind metrics clusters.
+type testFleet struct {
+	t        *testing.T
+	h        *hostsim.Host
+	mod      *hostsim.Module
+	vms      []*hostsim.VM
+	replicas []*fakeReplica
+}
+
+// start is the virtual wall clock's origin, so drain deadlines (absolute
+// Unix milliseconds in the configuration) are known to tests.
+var start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func newTestFleet(t *testing.T, workers, replicas int, extra string) *testFleet {
+	t.Helper()
+	h, mod := wasmHost(t, hostsim.Options{Start: start})
+	f := &testFleet{t: t, h: h, mod: mod}
+	for i := range replicas {
+		fr := &fakeReplica{}
+		f.replicas = append(f.replicas, fr)
+		h.AddCluster("r"+strconv.Itoa(i)+"-metrics", hostsim.ClusterFunc(fr.handle))
+	}
+	for range workers {
+		vm, err := h.NewVM(context.Background(), mod, testVMID, nil)
+		if err != nil {
+			t.Fatalf("NewVM = %v", err)
+		}
+		f.vms = append(f.vms, vm)
+	}
+	f.configure(f.config(extra, nil))
+	return f
+}
+
+// config renders a configuration; states maps replica index to a state
+// fragment such as `"state":"draining","drain_deadline_ms":…`.
+func (f *testFleet) config(extra string, states map[int]string) string {
+	var b strings.Builder
+	b.WriteString(`{"tick_ms":100,"replicas":[`)
+	for i := range f.replicas {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`{"name":"r` + strconv.Itoa(i) + `","address":"10.0.0.` + strconv.Itoa(i+1) +
+			`:8000","metrics_cluster":"r` + strconv.Itoa(i) + `-metrics"`)
+		if s, ok := states[i]; ok {
+			b.WriteString("," + s)
+		}
+		b.WriteByte('}')
+	}
+	b.WriteString("]" + extra + "}")
+	return b.String()
+}
+
+func (f *testFleet) configure(cfg string) {
+	f.t.Helper()
+	for _, vm := range f.vms {
+		if _, err := vm.Configure(testRootID, []byte(cfg)); err != nil {
+			f.t.Fatalf("Configure(%s) = %v", cfg, err)
+		}
+	}
+}
+
+func (f *testFleet) advance(d time.Duration) {
+	f.t.Helper()
+	if err := f.h.Advance(d); err != nil {
+		f.t.Fatalf("Advance(%v) = %v", d, err)
+	}
+}
+
+// open starts a chat request on worker w and returns the stream and the
+// destination it got ("" when answered locally).
+func (f *testFleet) open(w int, content string) (*hostsim.Stream, string) {
+	f.t.Helper()
+	s, err := f.vms[w].Root(testRootID).NewStream()
+	if err != nil {
+		f.t.Fatalf("NewStream = %v", err)
+	}
+	if _, err := s.RequestHeaders(baseRequest, false); err != nil {
+		f.t.Fatalf("RequestHeaders = %v", err)
+	}
+	if _, err := s.RequestBody([]byte(chatBody(content)), true); err != nil {
+		f.t.Fatalf("RequestBody = %v", err)
+	}
+	dst, _ := s.RequestHeader(HeaderDestination)
+	return s, dst
+}
+
+// route runs one whole request without a response and returns its destination.
+func (f *testFleet) route(w int, content string) string {
+	f.t.Helper()
+	s, dst := f.open(w, content)
+	if err := s.Done(); err != nil {
+		f.t.Fatalf("Done = %v", err)
+	}
+	return dst
+}
+
+func (f *testFleet) metric(name string) int64 {
+	m, _ := f.h.Metric(name)
+	return m.Value
+}
+
+// TestScrapeSteersLoad: the leader's scrapes reach every worker, one VM
+// scrapes per round (not one per worker), and reported load moves traffic.
+func TestScrapeSteersLoad(t *testing.T) {
+	f := newTestFleet(t, 4, 2, "")
+	f.replicas[0].set(func(r *fakeReplica) { r.waiting, r.running, r.kv = 40, 60, 0.9 })
+	f.advance(time.Second)
+	for _, r := range f.replicas {
+		// 10 ticks of 100 ms, plus the scrape at configuration; 4 workers
+		// would make it 40+ if they all scraped.
+		if n := r.count(); n < 8 || n > 13 {
+			t.Errorf("scrapes of one replica in 1 s at 100 ms ticks with 4 workers = %d, want about 10 (one leader)", n)
+		}
+	}
+	for w := range f.vms {
+		for i := range 8 {
+			if dst := f.route(w, "question "+strconv.Itoa(i)); dst != "10.0.0.2:8000" {
+				t.Fatalf("worker %d request %d went to %s; want the idle 10.0.0.2:8000 (10.0.0.1 reports 40 waiting)", w, i, dst)
+			}
+		}
+	}
+	if n := f.metric(statScrapes); n < 16 {
+		t.Errorf("%s = %d, want ≥ 16", statScrapes, n)
+	}
+}
+
+// TestLeaseHandover: when the scraping VM goes away another takes over, and
+// scrapes never stop while workers are deleted one by one.
+func TestLeaseHandover(t *testing.T) {
+	f := newTestFleet(t, 4, 1, "")
+	f.advance(time.Second)
+	for i := 0; i < 3; i++ {
+		if err := f.vms[i].Close(); err != nil {
+			t.Fatalf("Close(vm %d) = %v", i, err)
+		}
+		before := f.replicas[0].count()
+		// Lease lifetime is 3 ticks by default (at least 1 s): within 2 s
+		// of the holder's exit someone scrapes again.
+		f.advance(2 * time.Second)
+		if got := f.replicas[0].count() - before; got < 5 {
+			t.Fatalf("after closing VM %d: %d scrapes in 2 s, want scraping to continue (≥ 5)", i, got)
+		}
+	}
+	if dst := f.route(3, "still routing"); dst != "10.0.0.1:8000" {
+		t.Errorf("last worker routed to %q, want 10.0.0.1:8000", dst)
+	}
+}
+
+// TestScrapeFailures: timeouts, 5xx and garbage age a replica's figures and,
+// repeated, rule it out; it comes back when its metrics do. Nothing traps.
+func TestScrapeFailures(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		break_ func(*fakeReplica)
+	}{
+		{"timeout", func(r *fakeReplica) { r.silent = true }},
+		{"http 503", func(r *fakeReplica) { r.status = 503 }},
+		{"garbage", func(r *fakeReplica) { r.body = "<html>not metrics</html>" }},
+		{"truncated", func(r *fakeReplica) { r.body = "vllm:num_requests_waiting 3\nvllm:num_requests_runn" }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newTestFleet(t, 2, 2, `,"scrape_timeout_ms":50`)
+			f.advance(500 * time.Millisecond)
+			f.replicas[0].set(tc.break_)
+			f.advance(time.Second)
+			for i := range 20 {
+				if dst := f.route(i%2, "q"+strconv.Itoa(i)); dst != "10.0.0.2:8000" {
+					t.Fatalf("request %d went to %s while 10.0.0.1's metrics fail, want 10.0.0.2:8000", i, dst)
+				}
+			}
+			if f.metric(statScrapeFailures) < 3 {
+				t.Errorf("%s = %d, want ≥ 3", statScrapeFailures, f.metric(statScrapeFailures))
+			}
+			f.replicas[0].set(func(r *fakeReplica) { r.silent, r.status, r.body = false, 0, "" })
+			f.advance(time.Second)
+			seen := map[string]bool{}
+			for i := range 40 {
+				seen[f.route(i%2, "again "+strconv.Itoa(i))] = true
+			}
+			if !seen["10.0.0.1:8000"] {
+				t.Errorf("after recovery destinations = %v, want 10.0.0.1:8000 back in use", seen)
+			}
+			for _, vm := range f.vms {
+				if err := vm.Err(); err != nil {
+					t.Errorf("VM failed: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// TestDrainDeadline: a configuration update starts a drain; no new request
+// goes to the draining replica; at the deadline what still streams from it
+// is reset, and nothing outlives the deadline.
+func TestDrainDeadline(t *testing.T) {
+	f := newTestFleet(t, 2, 2, "")
+	f.configure(f.config("", map[int]string{1: `"state":"drained"`}))
+	f.advance(200 * time.Millisecond)
+	var onR0 []*hostsim.Stream
+	for i := range 4 {
+		s, dst := f.open(i%2, "long generation "+strconv.Itoa(i))
+		if dst != "10.0.0.1:8000" {
+			t.Fatalf("request %d before the drain went to %s, want 10.0.0.1:8000 (the only active replica)", i, dst)
+		}
+		if _, err := s.ResponseHeaders([][2]string{{":status", "200"}}, false); err != nil {
+			t.Fatal(err)
+		}
+		onR0 = append(onR0, s)
+	}
+	deadline := start.Add(f.h.Now() + 2*time.Second).UnixMilli()
+	f.configure(f.config("", map[int]string{0: `"state":"draining","drain_deadline_ms":` + strconv.FormatInt(deadline, 10)}))
+	for i := range 10 {
+		if dst := f.route(i%2, "new "+strconv.Itoa(i)); dst != "10.0.0.2:8000" {
+			t.Fatalf("new request %d during the drain went to %s, want 10.0.0.2:8000", i, dst)
+		}
+	}
+	f.advance(time.Second)
+	for i, s := range onR0 {
+		if s.Closed(hostsim.StreamResponse) || s.Ended() {
+			t.Fatalf("stream %d ended 1 s before its drain deadline", i)
+		}
+	}
+	f.advance(1200 * time.Millisecond) // past the deadline, plus a tick
+	for i, s := range onR0 {
+		if !s.Closed(hostsim.StreamResponse) && !s.Ended() {
+			t.Errorf("stream %d on the drained replica still open after the deadline", i)
+		}
+	}
+	if n := f.metric(statDrainResets); n != int64(len(onR0)) {
+		t.Errorf("%s = %d, want %d", statDrainResets, n, len(onR0))
+	}
+}
+
+// TestStreamAccounting: streamed tokens and the end of a stream release
+// the request's accounting exactly once, for a finished and a reset stream.
+func TestStreamAccounting(t *testing.T) {
+	f := newTestFleet(t, 1, 2, `,"decision_header":true`)
+	f.advance(200 * time.Millisecond)
+	sse := "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n"
+	var streams []*hostsim.Stream
+	for i := range 3 {
+		s, _ := f.open(0, "count me "+strconv.Itoa(i))
+		streams = append(streams, s)
+	}
+	if n := f.metric(statInFlight); n != 3 {
+		t.Fatalf("%s with 3 open streams = %d, want 3", statInFlight, n)
+	}
+	// Finished normally.
+	s := streams[0]
+	if _, err := s.ResponseHeaders([][2]string{{":status", "200"}}, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := headerValue(s.ResponseHeaderMap(), HeaderDecision); !strings.Contains(got, "chosen=10.0.0.") || !strings.Contains(got, "reason=") {
+		t.Errorf("%s = %q, want the decision explained", HeaderDecision, got)
+	}
+	for range 5 {
+		if _, err := s.ResponseBody([]byte(sse), false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.ResponseBody([]byte("data: [DONE]\n\n"), true); err != nil {
+		t.Fatal(err)
+	}
+	// Reset mid-stream, and reset before any response.
+	if _, err := streams[1].ResponseBody([]byte(sse), false); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range streams {
+		if err := s.Done(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := f.metric(statInFlight); n != 0 {
+		t.Errorf("%s after every stream ended = %d, want 0 (released exactly once)", statInFlight, n)
+	}
+}
+
+// TestAffinityAcrossWorkersAndGateways: a prefix served by one worker is
+// found warm by the others after a tick, and two independent gateways send
+// a new prefix to the same home replica without talking.
+func TestAffinityAcrossWorkersAndGateways(t *testing.T) {
+	a := newTestFleet(t, 4, 8, "")
+	b := newTestFleet(t, 4, 8, "")
+	a.advance(200 * time.Millisecond)
+	b.advance(200 * time.Millisecond)
+	agree := 0
+	for p := range 16 {
+		system := strings.Repeat("tenant "+strconv.Itoa(p)+" shared context. ", 300)
+		home := a.route(0, system+"first")
+		if b.route(1, system+"first") == home {
+			agree++
+		}
+		a.advance(150 * time.Millisecond) // one tick merges worker 0's dispatch
+		for w := 1; w < 4; w++ {
+			if dst := a.route(w, system+"follow-up "+strconv.Itoa(w)); dst != home {
+				t.Errorf("prefix %d: worker %d sent a follow-up to %s, want its home %s", p, w, dst, home)
+			}
+		}
+	}
+	if agree != 16 {
+		t.Errorf("two gateways agreed on the home of %d of 16 new prefixes, want 16 (rendezvous)", agree)
+	}
+}
+
+// TestOverload429: with max_wait_ms set, a fleet whose every replica is
+// queued beyond it sheds with 429 and an OpenAI-style body.
+func TestOverload429(t *testing.T) {
+	f := newTestFleet(t, 1, 2, `,"max_wait_ms":500`)
+	for _, r := range f.replicas {
+		r.set(func(r *fakeReplica) { r.waiting, r.running = 200, 256 })
+	}
+	f.advance(300 * time.Millisecond)
+	s, dst := f.open(0, "anything")
+	lr := s.LocalReply()
+	if dst != "" || lr == nil || lr.Status != 429 {
+		t.Fatalf("request to an overloaded fleet = destination %q, local %+v; want a 429", dst, lr)
+	}
+	var body struct {
+		Error struct{ Type string } `json:"error"`
+	}
+	if err := json.Unmarshal(lr.Body, &body); err != nil || body.Error.Type != "rate_limit_exceeded" {
+		t.Errorf("429 body %q: %v, want an OpenAI error of type rate_limit_exceeded", lr.Body, err)
+	}
+	_ = s.Done()
+}
+
+func headerValue(h [][2]string, name string) string {
+	for _, kv := range h {
+		if strings.EqualFold(kv[0], name) {
+			return kv[1]
+		}
+	}
+	return ""
+}

@@ -1,0 +1,255 @@
+package router
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/gpuroute/gpuroute/plugin/config"
+	"github.com/gpuroute/gpuroute/plugin/fleet"
+	"github.com/gpuroute/gpuroute/plugin/metrics"
+	"github.com/gpuroute/gpuroute/plugin/openai"
+	"github.com/gpuroute/gpuroute/plugin/proxy"
+	"github.com/gpuroute/gpuroute/scoring"
+)
+
+// Capacity bounds of one root's per-request state, allocated once at
+// configuration so the request path never grows them.
+const (
+	maxInFlight    = 1 << 14 // concurrent requests one worker accounts for
+	maxChainBytes  = 1 << 20 // prompt characters hashed into the chain
+	outboxEntries  = 256     // dispatches between two prefix-index merges
+	outboxBlocks   = 256     // chain blocks shared per dispatch (16k chars at 64-char blocks)
+	maxFreeStreams = 1024
+)
+
+// root is one root (plugin) context: a configuration and everything the
+// worker VM knows under it. Not safe for concurrent use; the host calls one
+// callback at a time per VM.
+type root struct {
+	types.DefaultPluginContext
+	id  uint32
+	vm  *vm
+	cfg *config.Config
+
+	// replicas is the decision's view, index-aligned with cfg.Replicas;
+	// priors holds each replica's configured hardware, calibrators refine it.
+	replicas    []scoring.Replica
+	priors      []scoring.Hardware
+	calibrators []scoring.Calibrator
+	params      scoring.Params
+	ledger      *scoring.Ledger
+	index       *scoring.PrefixIndex
+	hasher      scoring.PrefixHasher
+	parser      openai.Parser
+	request     openai.Request
+	decision    scoring.Decision
+	cached      []int
+	scratch     []byte
+	models      map[string]string // interned base model names
+	// featuresScratch and destScratch are reused per request.
+	featuresScratch scoring.Request
+	destScratch     []byte
+
+	// Shared state (shared.go).
+	configID   uint64
+	worker     uint64
+	workerKey  string
+	leader     bool
+	lease      fleet.Lease
+	snap       fleet.Snapshot
+	snapCAS    uint32
+	prefixCAS  uint32
+	outbox     *fleet.Outbox
+	board      fleet.Board
+	peerWork   []scoring.Work
+	record     fleet.WorkRecord
+	registry   fleet.Registry
+	registered bool
+	keyScratch []byte
+
+	// Scraping (scrape.go): one parser per replica (engines differ), the
+	// calls in flight, and the leader's copy of the snapshot it publishes.
+	parsers  []*metrics.Parser
+	sample   metrics.Sample
+	scraping int
+
+	// free recycles stream contexts so a new stream allocates nothing in
+	// steady state (live streams are on the vm).
+	free []*stream
+
+	stats stats
+	log   logPrefix
+}
+
+// OnPluginStart parses the configuration and sets the root up. A bad
+// configuration is logged with the parse error and refused: Envoy keeps the
+// previous root serving (DESIGN.md §3).
+func (r *root) OnPluginStart(int) types.OnPluginStartStatus {
+	r.log = newLogPrefix(r.id)
+	data, err := proxy.GetPluginConfiguration()
+	if err == proxy.ErrNotFound {
+		data, err = nil, nil // some hosts hand no buffer for an empty configuration
+	}
+	if err != nil {
+		r.log.error("cannot read the plugin configuration: " + err.Error())
+		return types.OnPluginStartStatusFailed
+	}
+	cfg, err := config.Parse(data)
+	if err != nil {
+		r.log.error("configuration refused, the previous one keeps serving: " + err.Error())
+		return types.OnPluginStartStatusFailed
+	}
+	if err := r.setup(cfg); err != nil {
+		r.log.error("configuration refused, the previous one keeps serving: " + err.Error())
+		return types.OnPluginStartStatusFailed
+	}
+	if err := proxy.SetTickPeriodMillis(cfg.TickMillis); err != nil {
+		r.log.error("cannot set the tick period: " + err.Error())
+		return types.OnPluginStartStatusFailed
+	}
+	r.stats.define(&r.log)
+	r.log.info("configured " + strconv.Itoa(len(cfg.Replicas)) + " replicas, tick " +
+		strconv.FormatUint(uint64(cfg.TickMillis), 10) + " ms")
+	r.tick(time.Now().UnixNano())
+	return types.OnPluginStartStatusOK
+}
+
+// setup builds the root's state for cfg. Everything the request path uses
+// is allocated here.
+func (r *root) setup(cfg *config.Config) error {
+	n := len(cfg.Replicas)
+	r.cfg = cfg
+	r.params = cfg.Params
+	r.replicas = make([]scoring.Replica, n)
+	r.priors = make([]scoring.Hardware, n)
+	r.calibrators = make([]scoring.Calibrator, n)
+	r.parsers = make([]*metrics.Parser, n)
+	r.cached = make([]int, n)
+	r.peerWork = make([]scoring.Work, n)
+	names := make([]string, n)
+	for i := range cfg.Replicas {
+		names[i] = cfg.Replicas[i].Name + "\x00" + cfg.Replicas[i].AddressText
+	}
+	r.configID = fleet.ConfigIDOf(names)
+	for i := range cfg.Replicas {
+		c := &cfg.Replicas[i]
+		hw := c.Profile
+		if c.KVCapacityTokens > 0 {
+			hw.KVCapacityTokens = c.KVCapacityTokens
+		}
+		r.priors[i] = hw
+		r.replicas[i] = scoring.Replica{
+			Addr:         c.AddressText,
+			AddrHash:     scoring.HashString(c.AddressText),
+			Engine:       c.Engine.String(),
+			Hardware:     hw,
+			AdapterSlots: c.AdapterSlots,
+			Healthy:      true,
+		}
+		if c.MetricsCluster != "" {
+			p, err := metrics.NewParser(c.Engine, c.MetricNames)
+			if err != nil {
+				return err
+			}
+			r.parsers[i] = p
+		}
+	}
+	r.applyDrains()
+	r.ledger = scoring.NewLedger(r.params, n, maxInFlight)
+	r.index = scoring.NewPrefixIndex(scoring.IndexConfig{BlockChars: cfg.BlockChars, MaxReplicas: n})
+	for i := range cfg.Replicas {
+		if kv := cfg.Replicas[i].KVCapacityTokens; kv > 0 {
+			r.index.SetCapacityTokens(i, kv)
+		} else {
+			r.index.SetCapacityTokens(i, r.priors[i].KVCapacityTokens)
+		}
+	}
+	r.hasher.Init(cfg.BlockChars, maxChainBytes/cfg.BlockChars)
+	r.outbox = fleet.NewOutbox(outboxEntries, outboxBlocks)
+	r.snap.ConfigID = r.configID
+	r.snap.SetLen(n)
+	r.board.ConfigID = r.configID
+	r.record.ConfigID = r.configID
+	r.record.Work = make([]scoring.Work, n)
+	r.scratch = make([]byte, 0, 4096)
+	r.models = make(map[string]string)
+	return nil
+}
+
+// applyDrains copies the configured admission states into the decision's
+// view (a configuration update is how a drain starts).
+func (r *root) applyDrains() {
+	for i := range r.cfg.Replicas {
+		c := &r.cfg.Replicas[i]
+		rep := &r.replicas[i]
+		switch c.State {
+		case config.StateDraining:
+			rep.Drain = scoring.Draining
+			rep.DrainDeadlineNanos = c.DrainDeadlineUnixMillis * int64(time.Millisecond)
+		case config.StateDrained:
+			rep.Drain = scoring.Drained
+		default:
+			rep.Drain = scoring.Serving
+		}
+	}
+}
+
+// OnPluginDone stops this root's tick and leaves the shared worker list;
+// Envoy deletes the root after a reconfiguration once its streams drained.
+func (r *root) OnPluginDone() bool {
+	_ = proxy.SetTickPeriodMillis(0)
+	if r.cfg != nil {
+		r.leave()
+	}
+	return true
+}
+
+// OnTick runs the root's periodic work (shared.go).
+func (r *root) OnTick() {
+	if r.cfg == nil {
+		return
+	}
+	r.tick(time.Now().UnixNano())
+}
+
+// NewHttpContext hands out a recycled stream context.
+func (r *root) NewHttpContext(contextID uint32) types.HttpContext {
+	if r.cfg == nil {
+		return nil
+	}
+	var s *stream
+	if n := len(r.free); n > 0 {
+		s, r.free = r.free[n-1], r.free[:n-1]
+	} else {
+		s = &stream{}
+	}
+	s.reset(r, contextID)
+	return s
+}
+
+// recordPrefix records a dispatch in the prefix index; a method value kept
+// on the root so the tick's outbox merge passes it without allocating.
+func (r *root) recordPrefix(replica int, chain []uint64) { r.index.Record(replica, chain) }
+
+// logPrefix prefixes log lines with the root id, precomputed once.
+type logPrefix string
+
+func newLogPrefix(id uint32) logPrefix {
+	return logPrefix("gpuroute: root " + strconv.FormatUint(uint64(id), 10) + ": ")
+}
+
+func (p logPrefix) info(msg string)  { proxy.LogInfo(string(p) + msg) }
+func (p logPrefix) warn(msg string)  { proxy.LogWarn(string(p) + msg) }
+func (p logPrefix) error(msg string) { proxy.LogError(string(p) + msg) }
+
+// replicaIndex returns the index of the replica at addr, or -1.
+func (r *root) replicaIndex(addr string) int {
+	for i := range r.replicas {
+		if r.replicas[i].Addr == addr {
+			return i
+		}
+	}
+	return -1
+}

@@ -1,0 +1,338 @@
+package router
+
+import (
+	"time"
+
+	"github.com/gpuroute/gpuroute/plugin/fleet"
+	"github.com/gpuroute/gpuroute/plugin/proxy"
+	"github.com/gpuroute/gpuroute/scoring"
+)
+
+// sweepAfter drops a flight whose response callbacks never came (a lost
+// stream must not count as load forever); no generation runs this long.
+const sweepAfter = 30 * time.Minute
+
+// tick is the root's periodic work, in order: join the worker list, hold or
+// contest the scrape lease (the leader scrapes), refresh the fleet snapshot,
+// exchange in-flight work with the other workers, merge the prefix index,
+// and end what a drain deadline has closed.
+func (r *root) tick(now int64) {
+	if !r.registered {
+		r.join(now)
+	}
+	r.holdLease(now)
+	if r.leader {
+		r.scrape(now)
+	}
+	r.readSnapshot()
+	r.exchangeWork(now)
+	r.mergePrefixes()
+	r.enforceDrains(now)
+	if n := r.ledger.Sweep(now - int64(sweepAfter)); n > 0 {
+		r.stats.add(r.stats.sweptFlights, int64(n))
+	}
+}
+
+// join takes a worker id and adds it to the shared worker list so the other
+// workers read this one's in-flight work. Ids come from a CAS counter; the
+// list is updated with CAS too (a lost race retries on the next tick).
+func (r *root) join(now int64) {
+	if r.worker == 0 {
+		id, ok := r.nextWorkerID(now)
+		if !ok {
+			return
+		}
+		r.worker = id
+		r.workerKey = fleet.WorkKey(id)
+		r.record.Worker = id
+	}
+	v, cas, err := proxy.GetSharedData(fleet.KeyRegistry)
+	switch {
+	case err == proxy.ErrNotFound:
+		r.registry.Workers = r.registry.Workers[:0]
+		cas = 0
+	case err != nil:
+		return
+	default:
+		if r.registry.Decode(v) != nil {
+			r.registry.Workers = r.registry.Workers[:0] // a garbled list is rebuilt by the next joins
+		}
+	}
+	if !r.registry.Add(r.worker) {
+		r.log.warn("worker list full; this worker's in-flight work is not shared")
+		r.registered = true
+		return
+	}
+	buf, err := r.registry.AppendBinary(r.scratch[:0])
+	if err != nil {
+		return
+	}
+	r.scratch = buf
+	if proxy.SetSharedData(fleet.KeyRegistry, buf, cas) == nil {
+		r.registered = true
+	}
+}
+
+// leave gives up the scrape lease (so another worker takes it at once
+// instead of after its TTL) and removes this worker from the list, best
+// effort.
+func (r *root) leave() {
+	if r.leader {
+		if v, cas, err := proxy.GetSharedData(fleet.KeyLease); err == nil {
+			var cur fleet.Lease
+			if cur.Decode(v) == nil && cur.Holder == r.worker {
+				buf, _ := fleet.Lease{}.AppendBinary(r.scratch[:0])
+				_ = proxy.SetSharedData(fleet.KeyLease, buf, cas)
+			}
+		}
+		r.leader = false
+	}
+	if !r.registered {
+		return
+	}
+	for range 3 {
+		v, cas, err := proxy.GetSharedData(fleet.KeyRegistry)
+		if err != nil || r.registry.Decode(v) != nil {
+			return
+		}
+		r.registry.Remove(r.worker)
+		buf, err := r.registry.AppendBinary(r.scratch[:0])
+		if err != nil {
+			return
+		}
+		r.scratch = buf
+		if proxy.SetSharedData(fleet.KeyRegistry, buf, cas) != proxy.ErrCASMismatch {
+			return
+		}
+	}
+}
+
+// nextWorkerID increments the shared worker counter. The value carries a
+// nonce: two workers creating the missing key at once both succeed (Envoy
+// ignores CAS on a missing key, ABI.md §3.2), and the re-read tells the loser.
+func (r *root) nextWorkerID(now int64) (uint64, bool) {
+	nonce := uint64(now) ^ uint64(r.id)<<40 ^ scoring.HashString(string(r.log))
+	var buf [16]byte
+	for range 8 {
+		v, cas, err := proxy.GetSharedData(keyWorkerID)
+		var n uint64
+		switch {
+		case err == proxy.ErrNotFound:
+			cas = 0
+		case err != nil:
+			return 0, false
+		case len(v) == 16:
+			n = le64(v[:8])
+		}
+		n++
+		putLE(buf[:8], n)
+		putLE(buf[8:], nonce)
+		if proxy.SetSharedData(keyWorkerID, buf[:], cas) != nil {
+			continue
+		}
+		if v, _, err := proxy.GetSharedData(keyWorkerID); err == nil && len(v) == 16 && le64(v[8:]) == nonce {
+			return n, true
+		}
+	}
+	return 0, false
+}
+
+// holdLease runs one step of the leader lease (fleet.LeaseStep). A lease
+// created on a missing key is confirmed by a re-read, because that set
+// ignores CAS and two workers may both have "created" it.
+func (r *root) holdLease(now int64) {
+	if r.worker == 0 {
+		r.leader = false
+		return
+	}
+	ttl := int64(r.cfg.LeaseMillis) * int64(time.Millisecond)
+	v, cas, err := proxy.GetSharedData(fleet.KeyLease)
+	found := err == nil
+	var cur fleet.Lease
+	if found && cur.Decode(v) != nil {
+		found = false // garbage: claim it, with the CAS we read
+	}
+	if err != nil && err != proxy.ErrNotFound {
+		r.leader = false
+		return
+	}
+	next, write, leader := fleet.LeaseStep(cur, found, r.worker, now, ttl)
+	if write {
+		buf, _ := next.AppendBinary(r.scratch[:0])
+		r.scratch = buf
+		if proxy.SetSharedData(fleet.KeyLease, buf, cas) != nil {
+			leader = false
+		} else if cas == 0 {
+			v, _, err := proxy.GetSharedData(fleet.KeyLease)
+			leader = err == nil && cur.Decode(v) == nil && cur.Holder == r.worker
+		}
+	}
+	if leader != r.leader {
+		r.stats.add(r.stats.leaseChanges, 1)
+		if leader {
+			r.log.info("took the scrape lease")
+		}
+	}
+	r.leader = leader
+}
+
+// readSnapshot decodes the fleet snapshot when its CAS changed (values are
+// copied on every read, so readers skip the decode when nothing changed).
+// The leader applies its own scrapes as they arrive (scrape.go) and reads
+// back what it published like everyone else.
+func (r *root) readSnapshot() {
+	v, cas, err := proxy.GetSharedData(fleet.KeySnapshot)
+	if err != nil || cas == r.snapCAS {
+		return
+	}
+	r.snapCAS = cas
+	s := &r.snap
+	gen := s.Generation
+	if err := s.Decode(v); err != nil || s.ConfigID != r.configID || len(s.Replicas) != len(r.replicas) {
+		if err != nil {
+			r.log.warn("fleet snapshot unreadable: " + err.Error())
+		}
+		s.ConfigID, s.Generation = r.configID, gen
+		if len(s.Replicas) != len(r.replicas) {
+			s.Replicas = s.Replicas[:0]
+			for range r.replicas {
+				s.Replicas = append(s.Replicas, fleet.Replica{MaxAdapters: -1})
+			}
+		}
+		return
+	}
+	r.applySnapshot()
+}
+
+// applySnapshot copies the snapshot's figures into the decision's view.
+func (r *root) applySnapshot() {
+	for i := range r.replicas {
+		s := &r.snap.Replicas[i]
+		rep := &r.replicas[i]
+		c := &r.cfg.Replicas[i]
+		rep.ScrapedNanos = s.ScrapedNanos
+		rep.WaitingRequests = int(s.Waiting)
+		rep.RunningRequests = int(s.Running)
+		rep.KVUsage = float64(s.KVUsage)
+		rep.KVCapacityTokens = c.KVCapacityTokens
+		if rep.KVCapacityTokens == 0 {
+			rep.KVCapacityTokens = int(s.KVCapacityTokens)
+		}
+		rep.AdapterSlots = c.AdapterSlots
+		if rep.AdapterSlots < 0 && s.MaxAdapters >= 0 {
+			rep.AdapterSlots = int(s.MaxAdapters)
+		}
+		rep.Adapters = rep.Adapters[:0]
+		for _, a := range s.Adapters {
+			rep.Adapters = append(rep.Adapters, scoring.Adapter{Name: a.Name, Tier: scoring.TierGPU, Active: true})
+		}
+		// Metrics that keep failing rule the replica out; a single failure
+		// only ages its figures (Pick treats stale as uncertain).
+		rep.Healthy = s.Failures < uint32(r.cfg.UnhealthyAfterFailures)
+		if rep.KVCapacityTokens > 0 {
+			r.index.SetCapacityTokens(i, rep.KVCapacityTokens)
+		}
+	}
+}
+
+// exchangeWork publishes this worker's in-flight work per replica and adds
+// up the other workers' (each under its own key) into Replica.PeerWork.
+func (r *root) exchangeWork(now int64) {
+	if r.worker == 0 {
+		return
+	}
+	r.record.WrittenNanos = now
+	for i := range r.replicas {
+		r.record.Work[i] = r.ledger.WorkOn(i, r.replicas[i].ScrapedNanos)
+	}
+	if buf, err := r.record.AppendBinary(r.scratch[:0]); err == nil {
+		r.scratch = buf
+		_ = proxy.SetSharedData(r.workerKey, buf, 0) // our own key: no contention
+	}
+	if v, _, err := proxy.GetSharedData(fleet.KeyRegistry); err == nil && r.registry.Decode(v) == nil {
+		r.board.Retain(r.registry.Workers)
+		for _, w := range r.registry.Workers {
+			if w == r.worker {
+				continue
+			}
+			r.keyScratch = fleet.AppendWorkKey(r.keyScratch[:0], w)
+			if v, cas, err := proxy.GetSharedData(string(r.keyScratch)); err == nil {
+				_ = r.board.Update(w, cas, v)
+			}
+		}
+	}
+	// A record older than a few lease lifetimes is a dead worker's.
+	ttl := 3 * int64(r.cfg.LeaseMillis) * int64(time.Millisecond)
+	clear(r.peerWork)
+	r.board.Sum(r.worker, now, ttl, r.peerWork)
+	for i := range r.replicas {
+		r.replicas[i].PeerWork = r.peerWork[i]
+	}
+}
+
+// mergePrefixes folds the dispatches recorded since the last tick into the
+// shared prefix index: read, decode when another worker changed it, apply
+// our outbox, write back with the read CAS. Affinity thereby holds across
+// the workers of one Envoy; across gateways the rendezvous tie-break gives
+// the same home to a prefix without any exchange.
+func (r *root) mergePrefixes() {
+	for range 3 {
+		v, cas, err := proxy.GetSharedData(keyPrefix)
+		switch {
+		case err == proxy.ErrNotFound:
+			cas = 0
+		case err != nil:
+			return
+		case cas != r.prefixCAS:
+			if err := r.index.UnmarshalBinary(v); err != nil {
+				r.log.warn("shared prefix index unreadable, rebuilding: " + err.Error())
+				r.index.Clear()
+			}
+		}
+		if r.outbox.Len() == 0 && cas == r.prefixCAS {
+			return
+		}
+		r.outbox.Each(r.recordPrefix)
+		var buf []byte
+		buf, err = r.index.AppendBinary(r.scratch[:0])
+		if err != nil {
+			return
+		}
+		r.scratch = buf
+		if proxy.SetSharedData(keyPrefix, buf, cas) == nil {
+			r.outbox.Reset()
+			// Our own write changes the CAS; remember "unknown" so the next
+			// tick re-reads, which also picks up later writers.
+			r.prefixCAS = 0
+			if _, c, err := proxy.GetSharedData(keyPrefix); err == nil {
+				r.prefixCAS = c
+			}
+			return
+		}
+	}
+}
+
+// enforceDrains ends what still streams from a replica whose drain deadline
+// passed: reset the stream so the client or Envoy's retry re-dispatches it
+// (paying the prefill again). No drain waits forever. It covers the VM's
+// streams routed by earlier roots too, matched by address, because the
+// configuration that starts a drain is what creates this root.
+func (r *root) enforceDrains(now int64) {
+	live := &r.vm.live
+	for i := 0; i < len(*live); {
+		s := (*live)[i]
+		if j := r.replicaIndex(s.addr); j >= 0 && r.replicas[j].DrainAt(now) == scoring.Drained {
+			r.stats.add(r.stats.drainResets, 1)
+			s.forceEnd()
+			continue // forceEnd removed s from live
+		}
+		i++
+	}
+	var draining uint64
+	for i := range r.replicas {
+		if r.replicas[i].DrainAt(now) != scoring.Serving {
+			draining++
+		}
+	}
+	r.stats.set(r.stats.closedReplicas, draining)
+}

@@ -1,0 +1,344 @@
+package router
+
+import (
+	"time"
+
+	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
+
+	"github.com/gpuroute/gpuroute/plugin/openai"
+	"github.com/gpuroute/gpuroute/plugin/proxy"
+	"github.com/gpuroute/gpuroute/scoring"
+)
+
+// stream is one HTTP request's context, recycled through root.free.
+type stream struct {
+	types.DefaultHttpContext
+	root *root
+	id   uint32
+
+	// Routing: kind of OpenAI request (if any), the replica chosen and the
+	// ledger's handle for the request.
+	inference bool
+	kind      openai.Kind
+	decided   bool
+	replica   int
+	addr      string // the chosen replica's address (drains match on it)
+	liveAt    int    // index in vm.live, -1 when not live
+	flight    scoring.Flight
+
+	// What the response teaches: TTFT for calibration, tokens for the
+	// remaining-output estimate.
+	dispatchedNanos int64
+	expectedWaitSec float64
+	uncached        int
+	firstByte       bool
+	responseDone    bool
+	streaming       bool
+	counter         openai.StreamCounter
+	explain         []byte
+}
+
+func (s *stream) reset(r *root, id uint32) {
+	explain := s.explain[:0]
+	*s = stream{root: r, id: id, replica: -1, liveAt: -1, explain: explain}
+}
+
+// OnHttpRequestHeaders removes any client-sent destination first, before
+// anything else can fail (a panic answers Continue, and the request must
+// not leave with the client's choice of upstream). An OpenAI request with
+// a body waits for it (the decision needs the prompt); anything else is
+// routed now on load alone.
+func (s *stream) OnHttpRequestHeaders(numHeaders int, endOfStream bool) types.Action {
+	r := s.root
+	stripDestination(numHeaders)
+	path, err := proxy.GetHeaderMapValue(proxy.MapTypeHttpRequestHeaders, ":path")
+	if err != nil {
+		path = nil
+	}
+	if r.cfg.StatusPath != "" && isStatusPath(path, r.cfg.StatusPath) {
+		return r.serveStatus()
+	}
+	if kind, ok := openai.KindFromPath(path); ok && !endOfStream {
+		s.inference, s.kind = true, kind
+		return types.ActionPause
+	}
+	return s.route(nil, false)
+}
+
+// OnHttpRequestBody buffers the body up to max_body_bytes, then routes on
+// what was read: past the limit, the prompt's beginning (which is what the
+// prefix cache is about) is all the decision needs.
+func (s *stream) OnHttpRequestBody(bodySize int, endOfStream bool) types.Action {
+	if s.decided || !s.inference {
+		return types.ActionContinue
+	}
+	limit := s.root.cfg.MaxBodyBytes
+	if !endOfStream && bodySize < limit {
+		return types.ActionPause
+	}
+	n := min(bodySize, limit)
+	body, err := proxy.GetBufferBytes(proxy.BufferTypeHttpRequestBody, 0, uint32(n))
+	if err != nil {
+		body = nil
+	}
+	return s.route(body, !endOfStream || bodySize > limit)
+}
+
+// OnHttpRequestTrailers routes a request whose body ended with trailers, and
+// strips a destination smuggled into them.
+func (s *stream) OnHttpRequestTrailers(int) types.Action {
+	removeAll(proxy.MapTypeHttpRequestTrailers, HeaderDestination, 64)
+	if s.decided {
+		return types.ActionContinue
+	}
+	n := s.root.cfg.MaxBodyBytes
+	body, err := proxy.GetBufferBytes(proxy.BufferTypeHttpRequestBody, 0, uint32(n))
+	if err != nil {
+		body = nil
+	}
+	return s.route(body, false)
+}
+
+// route decides and writes the destination, or answers locally.
+func (s *stream) route(body []byte, truncated bool) types.Action {
+	r := s.root
+	s.decided = true
+	now := time.Now().UnixNano()
+	req := r.features(s, body, truncated)
+	for i := range r.cached {
+		r.cached[i] = 0
+	}
+	if len(req.Chain) > 0 {
+		r.index.Lookup(req.Chain, r.cached)
+	}
+	d := &r.decision
+	scoring.Pick(&r.params, req, r.replicas, r.cached, r.ledger, now, d)
+	if d.Index < 0 {
+		return r.reject(503, detailsUnavailable, r.unavailableBody(d), &r.stats.unavailable)
+	}
+	best := d.Top[0]
+	if lim := r.cfg.MaxWaitSec; lim > 0 && best.WaitSec > lim {
+		return r.reject(429, detailsOverloaded, overloadedBody, &r.stats.overloaded)
+	}
+	if err := r.writeDestination(d); err != nil {
+		r.log.error("cannot set " + HeaderDestination + ": " + err.Error())
+		return r.reject(503, detailsUnavailable, r.unavailableBody(d), &r.stats.unavailable)
+	}
+	s.replica = d.Index
+	s.dispatchedNanos = now
+	s.expectedWaitSec = best.WaitSec
+	s.uncached = max(req.PromptTokens-best.CachedTokens, 1)
+	s.flight = r.ledger.Dispatch(d.Index, req, s.uncached, now)
+	if s.flight != 0 {
+		r.stats.add(r.stats.inFlight, 1)
+	}
+	if len(req.Chain) > 0 {
+		r.index.Record(d.Index, req.Chain)
+		r.outbox.Push(d.Index, req.Chain)
+	}
+	s.addr = r.replicas[d.Index].Addr
+	s.liveAt = len(r.vm.live)
+	r.vm.live = append(r.vm.live, s)
+	r.stats.decided(d, req, &r.replicas[d.Index].Hardware, r.params.AdapterToleranceSec)
+	if r.cfg.DecisionHeader {
+		s.explain = d.AppendExplain(s.explain[:0], r.replicas)
+	}
+	return types.ActionContinue
+}
+
+// features fills the root's request features from the body (nil: none).
+// A body that is not JSON or names no model is routed on load alone (no
+// affinity) and counted; it never causes a 5xx.
+func (r *root) features(s *stream, body []byte, truncated bool) *scoring.Request {
+	req := &r.featuresScratch
+	*req = scoring.Request{Chain: req.Chain[:0]}
+	if body == nil {
+		req.PromptTokens = r.params.DefaultPromptTokens
+		if s.inference {
+			r.stats.add(r.stats.bodyUnparsed, 1)
+		}
+		return req
+	}
+	var err error
+	if truncated {
+		err = r.parser.ParseTruncated(s.kind, body, &r.request)
+	} else {
+		err = r.parser.Parse(s.kind, body, &r.request)
+	}
+	if err != nil && len(r.request.Model) == 0 {
+		r.stats.add(r.stats.bodyUnparsed, 1)
+		req.PromptTokens = r.params.DefaultPromptTokens
+		return req
+	}
+	model, adapter := r.resolveModel(r.request.Model)
+	req.Model, req.Adapter = model, adapter
+	r.hasher.Reset(model, adapter)
+	if r.parser.WriteText(&r.hasher, &r.request) != nil {
+		r.stats.add(r.stats.bodyUnparsed, 1)
+	}
+	req.Chain = r.hasher.Chain()
+	req.PromptTokens = max(r.hasher.Tokens(), r.request.PromptTokensExact, 1)
+	if r.request.HasMaxTokens {
+		req.MaxTokens = int(min(r.request.MaxTokens, 1<<31) * max(r.request.N, 1))
+	}
+	req.Stream = r.request.Stream
+	s.streaming = r.request.Stream
+	return req
+}
+
+// OnHttpResponseHeaders adds the opt-in explanation header.
+func (s *stream) OnHttpResponseHeaders(int, bool) types.Action {
+	if s.root.cfg.DecisionHeader && len(s.explain) > 0 {
+		_ = proxy.ReplaceHeaderMapValue(proxy.MapTypeHttpResponseHeaders, HeaderDecision, string(s.explain))
+	}
+	return types.ActionContinue
+}
+
+// OnHttpResponseBody learns from the answer: the first body bytes mark the
+// first token (TTFT feeds the replica's calibration); each streamed chunk's
+// tokens decay the request's remaining-output estimate.
+func (s *stream) OnHttpResponseBody(bodySize int, endOfStream bool) types.Action {
+	r := s.root
+	if s.flight == 0 {
+		return types.ActionContinue
+	}
+	if !s.firstByte && bodySize > 0 {
+		s.firstByte = true
+		now := time.Now().UnixNano()
+		ttft := float64(now-s.dispatchedNanos) / 1e9
+		i := s.replica
+		r.calibrators[i].Observe(&r.priors[i], s.uncached, ttft, s.expectedWaitSec)
+		r.replicas[i].Hardware = r.calibrators[i].Apply(&r.priors[i])
+		r.ledger.FirstToken(s.flight)
+	}
+	if bodySize > 0 {
+		chunk, err := proxy.GetBufferBytes(proxy.BufferTypeHttpResponseBody, 0, uint32(bodySize))
+		if err == nil {
+			if s.streaming {
+				before := s.counter.Tokens()
+				_, _ = s.counter.Write(chunk)
+				if d := s.counter.Tokens() - before; d > 0 {
+					r.ledger.Progress(s.flight, int(d))
+				}
+			} else if endOfStream {
+				if u, ok := openai.ParseUsage(chunk); ok {
+					s.counter.UsageCompletionTokens, s.counter.HasUsage = u.CompletionTokens, true
+				}
+			}
+		}
+	}
+	if endOfStream {
+		s.responseDone = true
+	}
+	return types.ActionContinue
+}
+
+// OnHttpStreamDone releases the request's accounting exactly once: a
+// finished response teaches its output length, anything else (reset,
+// client gone, drain deadline) is cancelled without learning.
+func (s *stream) OnHttpStreamDone() {
+	r := s.root
+	if r == nil {
+		return
+	}
+	s.release()
+	s.root = nil
+	if len(r.free) < maxFreeStreams {
+		r.free = append(r.free, s)
+	}
+}
+
+func (s *stream) release() {
+	r := s.root
+	if s.flight != 0 {
+		if s.responseDone {
+			tokens := -1
+			if s.counter.HasUsage || s.streaming {
+				tokens = int(s.counter.Tokens())
+			}
+			r.ledger.Done(s.flight, tokens)
+		} else {
+			r.ledger.Cancel(s.flight)
+		}
+		r.stats.add(r.stats.inFlight, -1)
+		s.flight = 0
+	}
+	if live := &r.vm.live; s.liveAt >= 0 && s.liveAt < len(*live) {
+		last := len(*live) - 1
+		(*live)[s.liveAt] = (*live)[last]
+		(*live)[s.liveAt].liveAt = s.liveAt
+		*live = (*live)[:last]
+		s.liveAt = -1
+	}
+}
+
+// forceEnd resets a stream whose replica's drain deadline passed. Envoy
+// then runs the stream's done callbacks, which find nothing left to release.
+func (s *stream) forceEnd() {
+	r := s.root
+	s.release()
+	if err := proxy.SetEffectiveContext(s.id); err != nil {
+		return
+	}
+	if err := proxy.CloseStream(proxy.StreamTypeHttpResponse); err != nil {
+		r.log.warn("cannot reset a stream past its drain deadline: " + err.Error())
+	}
+}
+
+// stripDestination removes every client-sent HeaderDestination. Envoy's
+// replace removes all instances, but hosts differ (the SDK's proxytest
+// removes only the first), so we remove until the lookup says NOT_FOUND.
+// Header names reach the plugin lowercased (Envoy's codecs), so any case
+// the client used is covered.
+func stripDestination(numHeaders int) {
+	removeAll(proxy.MapTypeHttpRequestHeaders, HeaderDestination, numHeaders)
+}
+
+func removeAll(m proxy.MapType, name string, bound int) {
+	for i := 0; i <= bound; i++ {
+		if _, err := proxy.GetHeaderMapValue(m, name); err != nil {
+			return
+		}
+		if proxy.RemoveHeaderMapValue(m, name) != nil {
+			return
+		}
+	}
+}
+
+// writeDestination replaces the destination header with the chosen
+// replica, followed by the next best ones when fallbacks are configured
+// (Envoy's override_host policy walks the list on retries).
+func (r *root) writeDestination(d *scoring.Decision) error {
+	if r.cfg.Fallbacks == 0 || d.NumTop == 1 {
+		return proxy.ReplaceHeaderMapValue(proxy.MapTypeHttpRequestHeaders, HeaderDestination, r.replicas[d.Index].Addr)
+	}
+	b := r.destScratch[:0]
+	for i := 0; i < d.NumTop && i <= r.cfg.Fallbacks; i++ {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, r.replicas[d.Top[i].Index].Addr...)
+	}
+	r.destScratch = b
+	return proxy.ReplaceHeaderMapValue(proxy.MapTypeHttpRequestHeaders, HeaderDestination, string(b))
+}
+
+// maxInterned bounds the model names a root remembers as strings.
+const maxInterned = 256
+
+// resolveModel maps the request's "model" to the base model and adapter,
+// as strings the decision can keep, without allocating for a name seen
+// before (a map index with string(b) does not allocate).
+func (r *root) resolveModel(model []byte) (base, adapter string) {
+	if a, ok := r.cfg.LookupAdapter(model); ok {
+		return a.Base, a.Name
+	}
+	if s, ok := r.models[string(model)]; ok {
+		return s, ""
+	}
+	s := string(model)
+	if len(r.models) < maxInterned {
+		r.models[s] = s
+	}
+	return s, ""
+}
