@@ -143,7 +143,7 @@ type Reader struct {
 	objects uint64 // bit 0 is the innermost open container: 1 = object
 	state   uint8
 	prefix  bool
-	cut     bool // prefix mode: the input ended
+	cut     bool   // prefix mode: the input ended
 	key     []byte // the current key when it aliases data
 	keyLen  int    // else the length of the decoded key in keyBuf, or -1
 	err     Error
@@ -157,6 +157,21 @@ func (r *Reader) Reset(data []byte) { r.reset(data, false) }
 // ResetPrefix starts reading data, which may be a JSON document cut short
 // (see the package doc). A complete document reads exactly as with Reset.
 func (r *Reader) ResetPrefix(data []byte) { r.reset(data, true) }
+
+// ResetAt starts reading the one value at data[off:] (Reset rules); offsets,
+// including Value.Off and error offsets, stay relative to data. It re-reads
+// a value located by an earlier pass, such as a prompt found while
+// validating a whole body.
+func (r *Reader) ResetAt(data []byte, off int) {
+	r.reset(data, false)
+	r.pos = min(max(off, 0), len(data))
+}
+
+// ResetPrefixAt is ResetAt in prefix mode.
+func (r *Reader) ResetPrefixAt(data []byte, off int) {
+	r.reset(data, true)
+	r.pos = min(max(off, 0), len(data))
+}
 
 func (r *Reader) reset(data []byte, prefix bool) {
 	r.data, r.pos, r.depth, r.objects, r.state = data, 0, 0, 0, stValue

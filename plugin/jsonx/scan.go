@@ -175,7 +175,7 @@ func scanString(d []byte, i int) (end int, escaped bool, st uint8) {
 // bits cannot carry across lanes, unlike special's subtraction.
 func specialExact(x uint64) uint64 {
 	const low7 = lsb * 0x7f
-	y := x ^ (lsb * 0x02) // '"' becomes 0x20, control bytes stay below 0x20
+	y := x ^ (lsb * 0x02)                // '"' becomes 0x20, control bytes stay below 0x20
 	lt := ^(((y & low7) + lsb*0x5f) | y) // lanes < 0x21
 	s := x ^ (lsb * '\\')
 	z := ^(((s & low7) + low7) | s) // lanes == 0
