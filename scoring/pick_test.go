@@ -591,3 +591,65 @@ func TestParamsValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestWaitModel pins W(r) under continuous batching for one replica with
+// 100 decoding requests of 500 remaining tokens each (ledger-exact), a 2,000
+// token prompt and nothing queued: the batch costs half a step plus its
+// per-sequence share of the one prefill step; a full KV cache or a full
+// batch adds a wait for completions, the longer of the two, never both.
+func TestWaitModel(t *testing.T) {
+	now := 10 * sec
+	h := DefaultHardware()
+	const batch, remaining, n = 100, 500, 2000
+	step := h.DecodeStepSeconds(batch)
+	base := step/2 + 1*batch*h.DecodeStepSecPerSeq // ceil(2000 / (8192 − 100)) = 1 step
+	kvWait := step * remaining
+	// 100 running + this one over a limit of 91: 10 completions, one every
+	// 2·500/100 steps.
+	batchWait := step * 10 * 2 * remaining / batch
+	tests := []struct {
+		name     string
+		kvUsage  float64
+		maxBatch int
+		want     float64
+	}{
+		{name: "free kv, no batch limit", kvUsage: 0.5, want: base},
+		{name: "batch below limit", kvUsage: 0.5, maxBatch: 256, want: base},
+		{name: "full kv", kvUsage: 0.999, want: base + kvWait},
+		{name: "full batch", kvUsage: 0.5, maxBatch: 91, want: base + batchWait},
+		{name: "full kv and batch", kvUsage: 0.999, maxBatch: 91, want: base + max(kvWait, batchWait)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := exactParams()
+			rs := fleet("h100", 1, now)
+			rs[0].KVUsage, rs[0].MaxBatchSeqs, rs[0].RunningRequests = tt.kvUsage, tt.maxBatch, batch
+			rs[0].PeerWork = Work{DecodeN: batch, DecodeTokens: batch * remaining}
+			var d Decision
+			Pick(&p, &Request{PromptTokens: n}, rs, nil, nil, now, &d)
+			if got := waitOf(&d, 0); math.Abs(got-tt.want) > 1e-9 {
+				t.Fatalf("W(kv %v, max batch %d) = %v, want %v", tt.kvUsage, tt.maxBatch, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestWarmBatchKeepsAffinity: the case the fleet simulator found. A warm
+// replica decoding a large batch of long outputs still wins a long shared
+// prefix over an idle cold one: its decodes only slow the prefill's steps
+// (milliseconds), while the cold replica must prefill 6,000 more tokens.
+// Counting the batch's 100,000 remaining tokens as queued work (6 s on an
+// H100) would send the request away and lose the hit.
+func TestWarmBatchKeepsAffinity(t *testing.T) {
+	now := 10 * sec
+	p := DefaultParams()
+	rs := fleet("h100", 2, now)
+	rs[0].RunningRequests = 100
+	rs[0].PeerWork = Work{DecodeN: 100, DecodeTokens: 100 * 1000}
+	rs[0].KVUsage = 0.6
+	var d Decision
+	Pick(&p, &Request{PromptTokens: 7200}, rs, []int{6000, 0}, nil, now, &d)
+	if d.Index != 0 || d.Reason != ReasonPrefixAffinity {
+		t.Fatalf("Pick(warm busy, cold idle) = %d (%v), want 0 (prefix-affinity)", d.Index, d.Reason)
+	}
+}
