@@ -7,8 +7,9 @@ import (
 
 // Escape decoding outcomes of decodeU.
 const (
-	uOK = iota
-	uEOF
+	uOK  = iota
+	uEOF // the input ends inside the escape, or inside a following one
+	uEnd // a high surrogate ends the input: its low half may follow
 	uBad
 )
 
@@ -36,7 +37,7 @@ func decodeU(d []byte, k int) (rune, int, uint8) {
 	j := k + 6
 	switch {
 	case j >= len(d):
-		return 0, 0, uEOF
+		return utf8.RuneError, 6, uEnd
 	case d[j] != '\\':
 		return utf8.RuneError, 6, uOK
 	case j+1 >= len(d):
@@ -111,7 +112,9 @@ func AppendUnescape(dst, raw []byte) []byte {
 			continue
 		}
 		if raw[k+1] == 'u' {
-			if r, n, st := decodeU(raw, k); st == uOK {
+			// raw is whole string contents, so a high surrogate at its end is
+		// lone (uEnd).
+		if r, n, st := decodeU(raw, k); st == uOK || st == uEnd {
 				dst = utf8.AppendRune(dst, r)
 				i = k + n
 				continue

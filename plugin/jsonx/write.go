@@ -100,7 +100,7 @@ func (r *Reader) WriteString(w Writer, scratch []byte) error {
 				if werr == nil && k > run {
 					_, werr = w.Write(d[run:k])
 				}
-				if st == uEOF {
+				if st == uEOF || st == uEnd {
 					r.eof()
 				} else {
 					r.fail(BadSyntax, k, whatUEscape)
