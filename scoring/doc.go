@@ -3,9 +3,12 @@
 //
 //	ETTFT(r) = W(r) + A(r, a) + P_r(n − k(r))
 //
-// where W is the work queued ahead on r (counted in tokens, converted to
-// seconds by r's [Hardware] profile), A the adapter load cost, P_r the
-// prefill time of the n − k(r) prompt tokens not already cached on r.
+// where W is the delay ahead of the request on r (counted in tokens,
+// converted to seconds by r's [Hardware] profile: queued prefill in full,
+// running decodes only as the per-step slowdown they add under continuous
+// batching, plus a wait for completions when KV or batch slots are full),
+// A the adapter load cost, P_r the prefill time of the n − k(r) prompt
+// tokens not already cached on r.
 //
 //	var h scoring.PrefixHasher
 //	h.Init(scoring.DefaultBlockChars, 0)

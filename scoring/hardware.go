@@ -30,9 +30,9 @@ type Hardware struct {
 	// inter-token latency of a lone request: weights read once per step).
 	DecodeStepSec float64
 	// DecodeStepSecPerSeq is the marginal step time per extra sequence in
-	// the batch (its KV reads and its share of compute). It is also the
-	// seconds of GPU work one remaining output token of a running request
-	// represents, which is how decode work enters W(r).
+	// the batch (its KV reads and its share of compute). It is how running
+	// decodes enter W(r): they lengthen each step a new prefill shares with
+	// them by this much per sequence (see Pick), they do not queue ahead.
 	DecodeStepSecPerSeq float64
 
 	// AdapterLoadHostSec is the time to bring a LoRA adapter from host

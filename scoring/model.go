@@ -92,6 +92,11 @@ type Replica struct {
 	// KVCapacityTokens is the KV cache size in tokens (num_gpu_blocks ×
 	// block_size from cache_config_info); 0 uses Hardware.KVCapacityTokens.
 	KVCapacityTokens int
+	// MaxBatchSeqs is the most sequences the replica runs at once (vLLM
+	// max_num_seqs, SGLang max_running_requests), from configuration: the
+	// servers do not report it. 0 means unknown, and W(r) then has no
+	// batch-full wait.
+	MaxBatchSeqs int
 
 	// Adapters lists adapters known on the replica with their tier.
 	Adapters []Adapter

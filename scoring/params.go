@@ -38,6 +38,15 @@ type Params struct {
 	// DefaultOutputTokens is the output estimate with neither max_tokens
 	// nor a learned mean (default 256).
 	DefaultOutputTokens int
+	// PrefillChunkTokens is the replicas' per-step token budget (vLLM
+	// max_num_batched_tokens, SGLang chunked_prefill_size): how many prompt
+	// tokens one engine step prefills while the running batch decodes.
+	// W(r) uses it to count the steps a new prefill shares with running
+	// decodes. Default 8192: vLLM V1's default for the OpenAI server on
+	// GPUs with at least 70 GiB other than A100 (vllm/engine/arg_utils.py;
+	// it is 2048 on A100 and smaller GPUs, so set 2048 for such a fleet).
+	// A smaller value makes running decodes slow a prefill over more steps.
+	PrefillChunkTokens int
 }
 
 // DefaultParams returns the documented defaults.
@@ -51,6 +60,7 @@ func DefaultParams() Params {
 		HomeBlocks:          4,
 		DefaultPromptTokens: 1000,
 		DefaultOutputTokens: 256,
+		PrefillChunkTokens:  8192,
 	}
 }
 
@@ -73,6 +83,8 @@ func (p *Params) Validate() error {
 		return errors.New("scoring: default_prompt_tokens must be >= 1, got " + strconv.Itoa(p.DefaultPromptTokens))
 	case p.DefaultOutputTokens < 1:
 		return errors.New("scoring: default_output_tokens must be >= 1, got " + strconv.Itoa(p.DefaultOutputTokens))
+	case p.PrefillChunkTokens < 1 || p.PrefillChunkTokens > 1<<24:
+		return errors.New("scoring: prefill_chunk_tokens must be in [1, 16777216], got " + strconv.Itoa(p.PrefillChunkTokens))
 	}
 	return nil
 }

@@ -57,7 +57,8 @@ const TopN = 4
 type Candidate struct {
 	// Index is the replica's index in the slice passed to Pick.
 	Index int
-	// WaitSec is W(r): queued work (plus StalePenaltySec when Stale).
+	// WaitSec is W(r): queued prefill, the running batch's per-step
+	// slowdown, any KV or batch-slot wait (plus StalePenaltySec when Stale).
 	WaitSec float64
 	// AdapterSec is A(r, a).
 	AdapterSec float64
@@ -143,6 +144,7 @@ func Pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		}
 	}
 	staleNanos := int64(p.StaleAfter)
+	chunk := float64(max(p.PrefillChunkTokens, 1))
 
 	best := math.Inf(1)
 	minWait := math.Inf(1)
@@ -193,22 +195,76 @@ func Pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		foreign := max(waiting+running-seenRouted, 0)
 		foreignWaiting := min(foreign, waiting)
 		foreignRunning := foreign - foreignWaiting
-		queuedN := float64(acc.QueuedN + foreignWaiting)
-		queuedTok := float64(acc.QueuedTokens) + float64(foreignWaiting)*promptMean
-		batch := acc.DecodeN + foreignRunning
-		decodeTok := float64(acc.DecodeTokens) + float64(foreignRunning)*outMean/2
-		w := queuedN*h.PrefillFixedSec + queuedTok*h.PrefillSecPerToken + decodeTok*h.DecodeStepSecPerSeq
-		// KV admission: a request that does not fit in free KV waits for
-		// running requests to finish (about one mean remaining output).
-		if kvCap := r.kvCapacity(); kvCap > 0 && batch > 0 {
-			usage := min(max(r.KVUsage, 0), 1)
-			if math.IsNaN(usage) {
-				usage = 1
+
+		// The model is a continuous-batching engine with chunked prefill
+		// (vLLM V1, SGLang): every step runs one token of each decoding
+		// request plus up to p.PrefillChunkTokens prompt tokens of the
+		// requests still prefilling, admitted in arrival order while KV and
+		// batch slots allow. Between the new request and its first token:
+		//
+		//   - Queued prefill: the prompts admitted before it. Prefill is
+		//     compute bound, so their tokens cost their full per-token time
+		//     whether they run alone or in chunks beside decodes, plus one
+		//     fixed cost each.
+		//   - Interference: running decodes do not queue ahead of it (the
+		//     scheduler runs its prefill in the next steps, beside them);
+		//     they make each step longer. The queued and new prompt tokens
+		//     need ceil((queued + uncached) / (chunk − batch)) steps (each
+		//     decode takes one budget token), and each step carries
+		//     batch × DecodeStepSecPerSeq of decode work, the marginal cost
+		//     of a sequence in a step. An arrival also waits, on average,
+		//     for half of the step in flight.
+		//   - Admission: it starts only when its prompt fits in free KV and
+		//     the batch has a free slot. Both wait for running requests to
+		//     finish, so the longer wait counts, not the sum. KV: when the
+		//     reported usage plus unseen prompts plus this prompt exceed
+		//     capacity, about one mean remaining output of the batch at its
+		//     step time (pessimistic: the shortest remaining output is
+		//     enough when it frees enough blocks). Batch: when
+		//     r.MaxBatchSeqs is known and queue plus batch fill it, the
+		//     excess waits for as many completions; with remaining outputs
+		//     spread evenly up to twice their mean, one comes every
+		//     2·mean/batch steps.
+		//
+		// So decode work enters W through the batch size and, under KV or
+		// slot pressure, through remaining output tokens; never as a
+		// sequential cost, which would push affinity traffic off a warm
+		// replica whose long-running batch delays a prefill by milliseconds.
+		// (Inline, not a function: a call makes Go spill every live register
+		// of this loop, which doubled Pick's time.)
+		qN := float64(acc.QueuedN + foreignWaiting)
+		qTok := float64(acc.QueuedTokens) + float64(foreignWaiting)*promptMean
+		uncached := float64(n - c.CachedTokens)
+		w := qN*h.PrefillFixedSec + qTok*h.PrefillSecPerToken
+		if batch := acc.DecodeN + foreignRunning; batch > 0 {
+			b := float64(batch)
+			decodeTok := float64(acc.DecodeTokens) + float64(foreignRunning)*outMean/2
+			step := h.DecodeStepSec + h.DecodeStepSecPerSeq*(b-1)
+			perStep := chunk - b
+			if !(perStep >= 1) {
+				perStep = 1
 			}
-			used := usage*float64(kvCap) + float64(acc.UnseenTokens)
-			if used+float64(n-c.CachedTokens) > float64(kvCap) {
-				w += h.DecodeStepSeconds(int(batch)) * (decodeTok / float64(batch))
+			w += step/2 + ceil((qTok+uncached)/perStep)*b*h.DecodeStepSecPerSeq
+			hold := 0.0
+			if kvCap := float64(r.kvCapacity()); kvCap > 0 {
+				usage := r.KVUsage
+				if !(usage <= 1) { // NaN counts as full
+					usage = 1
+				} else if usage < 0 {
+					usage = 0
+				}
+				if usage*kvCap+float64(acc.UnseenTokens)+uncached > kvCap {
+					hold = step * decodeTok / b // one mean remaining output
+				}
 			}
+			if r.MaxBatchSeqs > 0 {
+				if excess := qN + b + 1 - float64(r.MaxBatchSeqs); excess > 0 {
+					if bw := step * excess * 2 * decodeTok / (b * b); bw > hold {
+						hold = bw
+					}
+				}
+			}
+			w += hold
 		}
 		if r.ScrapedNanos == 0 || nowNanos-r.ScrapedNanos > staleNanos {
 			c.Stale = true
@@ -276,6 +332,19 @@ func Pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 	default:
 		d.Reason = ReasonFasterHardware
 	}
+}
+
+// ceil is math.Ceil for the non-negative step counts of waitSec, without
+// the call: values beyond 2⁵² (or NaN) are returned as they are.
+func ceil(x float64) float64 {
+	if !(x < 1<<52) {
+		return x
+	}
+	c := float64(int64(x))
+	if c < x {
+		c++
+	}
+	return c
 }
 
 // promote moves the chosen candidate to Top[0].

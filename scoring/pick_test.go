@@ -30,7 +30,9 @@ func exactParams() Params { p := DefaultParams(); p.TieEpsilonSec = 0; return p 
 // TestPickProposition checks DESIGN.md §1's proposition: with two
 // replicas, warm A wins exactly when W(A) − W(B) < P(n) − P(n−k); with
 // linear prefill that is t_prefill(k) without the fixed cost; with
-// heterogeneous hardware each side uses its own profile.
+// heterogeneous hardware each side uses its own profile. W includes the
+// running batch's interference, which depends (weakly, through the number
+// of prefill steps) on the uncached tokens, so each side's W is its own.
 func TestPickProposition(t *testing.T) {
 	now := 100 * sec
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -59,17 +61,27 @@ func TestPickProposition(t *testing.T) {
 				}
 				rs[0].WaitingRequests = rng.IntN(12)
 				rs[1].WaitingRequests = rng.IntN(12)
+				rs[0].RunningRequests = rng.IntN(200)
+				rs[1].RunningRequests = rng.IntN(200)
 				p.DefaultPromptTokens = 50 + rng.IntN(3000)
 				n := 100 + rng.IntN(12000)
 				k := rng.IntN(n)
 				req := Request{PromptTokens: n, Chain: []uint64{uint64(iter)}}
 				Pick(&p, &req, rs, []int{k, 0}, nil, now, &d)
 				wA, wB := waitOf(&d, 0), waitOf(&d, 1)
-				// W from the reported queue: each waiting request is a fixed
-				// cost plus its mean prompt.
+				// W from the reported queue and batch: each waiting request
+				// is a fixed cost plus its mean prompt; the running batch
+				// adds half a step plus its per-sequence cost in every step
+				// the queued and uncached prompt tokens take (KV is free).
 				for i, w := range []float64{wA, wB} {
 					h := rs[i].Hardware
-					want := float64(rs[i].WaitingRequests) * (h.PrefillFixedSec + float64(p.DefaultPromptTokens)*h.PrefillSecPerToken)
+					queued := float64(rs[i].WaitingRequests * p.DefaultPromptTokens)
+					want := float64(rs[i].WaitingRequests)*h.PrefillFixedSec + queued*h.PrefillSecPerToken
+					if b := rs[i].RunningRequests; b > 0 {
+						uncached := n - []int{k, 0}[i]
+						steps := math.Ceil((queued + float64(uncached)) / float64(p.PrefillChunkTokens-b))
+						want += h.DecodeStepSeconds(b)/2 + steps*float64(b)*h.DecodeStepSecPerSeq
+					}
 					if math.Abs(w-want) > 1e-9 {
 						t.Fatalf("W(%d) = %v, want %v", i, w, want)
 					}
@@ -182,43 +194,85 @@ func TestFixedPoliciesLose(t *testing.T) {
 	}
 }
 
-// TestTokenBalancingBeatsCounts: a bimodal workload (20 vs 20,000 output
-// tokens). Balancing request counts puts every long request on one
-// replica; balancing tokens does not.
+// TestTokenBalancingBeatsCounts: bimodal work (20 vs 20,000 tokens) where
+// request counts say nothing about the delay a replica holds. With
+// continuous batching that delay is queued prompt tokens, and remaining
+// output tokens once the KV cache is full.
 func TestTokenBalancingBeatsCounts(t *testing.T) {
 	now := 10 * sec
-	p := DefaultParams()
-	pattern := []int{20000, 20, 20, 20} // repeated
-	run := func(byCount bool) (tokens [2]int64) {
-		rs := fleet("h100", 2, now)
-		l := NewLedger(p, 2, 64)
-		var d Decision
-		for i := 0; i < 16; i++ {
-			out := pattern[i%len(pattern)]
-			req := Request{PromptTokens: 200, MaxTokens: out, Model: "m"}
-			idx := 0
-			if byCount {
-				if l.InFlightOn(1) < l.InFlightOn(0) {
-					idx = 1
-				}
-			} else {
-				Pick(&p, &req, rs, nil, l, now, &d)
-				idx = d.Index
-			}
-			f := l.Dispatch(idx, &req, 200, now)
-			l.FirstToken(f)
-			tokens[idx] += int64(out)
-		}
-		return tokens
-	}
 	ratio := func(t [2]int64) float64 {
 		return float64(max(t[0], t[1])) / float64(max(min(t[0], t[1]), 1))
 	}
-	if c := run(true); ratio(c) < 10 {
-		t.Fatalf("least-request output tokens per replica = %v, want ≥ 10× imbalance (the misplacement this test shows)", c)
+	// Queued prompts: balancing counts puts every long prompt on one
+	// replica; ETTFT balances the prefill tokens ahead.
+	t.Run("bimodal prompts", func(t *testing.T) {
+		p := DefaultParams()
+		pattern := []int{20000, 20, 20, 20} // repeated
+		run := func(byCount bool) (tokens [2]int64) {
+			rs := fleet("h100", 2, now)
+			l := NewLedger(p, 2, 64)
+			var d Decision
+			for i := 0; i < 16; i++ {
+				n := pattern[i%len(pattern)]
+				req := Request{PromptTokens: n, Model: "m", Chain: []uint64{uint64(i)}}
+				idx := 0
+				if byCount {
+					if l.InFlightOn(1) < l.InFlightOn(0) {
+						idx = 1
+					}
+				} else {
+					Pick(&p, &req, rs, nil, l, now, &d)
+					idx = d.Index
+				}
+				l.Dispatch(idx, &req, n, now)
+				tokens[idx] += int64(n)
+			}
+			return tokens
+		}
+		if c := run(true); ratio(c) < 10 {
+			t.Fatalf("least-request prompt tokens per replica = %v, want ≥ 10× imbalance (the misplacement this test shows)", c)
+		}
+		if tk := run(false); ratio(tk) > 1.5 {
+			t.Fatalf("ETTFT prompt tokens per replica = %v, want ≤ 1.5× imbalance", tk)
+		}
+	})
+	// Running outputs: replica 0 runs one 20,000-token generation, replica
+	// 1 three 20-token ones. Least-request sends the next request to 0.
+	// With free KV the decodes only slow the prefill's steps, so the smaller
+	// batch is right; with the KV cache full (the long ones fill it) the
+	// request waits for completions, which come ~1,000× sooner on 1.
+	tests := []struct {
+		name    string
+		kvUsage float64
+		want    int
+	}{
+		{name: "free kv: smaller batch", kvUsage: 0.2, want: 0},
+		{name: "full kv: sooner completions", kvUsage: 0.999, want: 1},
 	}
-	if tk := run(false); ratio(tk) > 1.5 {
-		t.Fatalf("ETTFT output tokens per replica = %v, want ≤ 1.5× imbalance", tk)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := exactParams()
+			rs := fleet("h100", 2, now)
+			l := NewLedger(p, 2, 64)
+			for i, out := range []int{20000, 20, 20, 20} {
+				idx := min(i, 1)
+				f := l.Dispatch(idx, &Request{PromptTokens: 1000, MaxTokens: out, Model: "m"}, 1000, now)
+				l.FirstToken(f)
+			}
+			for i := range rs {
+				rs[i].KVUsage = tt.kvUsage
+				rs[i].WaitingRequests, rs[i].RunningRequests = 0, l.InFlightOn(i)
+				rs[i].ScrapedNanos = now + 1
+			}
+			if l.InFlightOn(0) >= l.InFlightOn(1) {
+				t.Fatalf("setup: in flight %d, %d; want fewer on 0", l.InFlightOn(0), l.InFlightOn(1))
+			}
+			var d Decision
+			Pick(&p, &Request{PromptTokens: 1000, Model: "m"}, rs, nil, l, now+2, &d)
+			if d.Index != tt.want {
+				t.Fatalf("Pick(kv %v) = %d (w0=%v w1=%v), want %d", tt.kvUsage, d.Index, waitOf(&d, 0), waitOf(&d, 1), tt.want)
+			}
+		})
 	}
 }
 
@@ -520,6 +574,7 @@ func TestParamsValidate(t *testing.T) {
 		{name: "tie", mutate: func(p *Params) { p.TieEpsilonSec = -1 }, want: "scoring: tie_epsilon_sec must be in [0, 10], got -1"},
 		{name: "home blocks", mutate: func(p *Params) { p.HomeBlocks = 0 }, want: "scoring: home_blocks must be >= 1, got 0"},
 		{name: "adapter memory", mutate: func(p *Params) { p.AdapterMemory = -1 }, want: "scoring: adapter_memory must be >= 0, got -1ns"},
+		{name: "chunk zero", mutate: func(p *Params) { p.PrefillChunkTokens = 0 }, want: "scoring: prefill_chunk_tokens must be in [1, 16777216], got 0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -534,5 +589,67 @@ func TestParamsValidate(t *testing.T) {
 				t.Fatalf("Validate() = %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestWaitModel pins W(r) under continuous batching for one replica with
+// 100 decoding requests of 500 remaining tokens each (ledger-exact), a 2,000
+// token prompt and nothing queued: the batch costs half a step plus its
+// per-sequence share of the one prefill step; a full KV cache or a full
+// batch adds a wait for completions, the longer of the two, never both.
+func TestWaitModel(t *testing.T) {
+	now := 10 * sec
+	h := DefaultHardware()
+	const batch, remaining, n = 100, 500, 2000
+	step := h.DecodeStepSeconds(batch)
+	base := step/2 + 1*batch*h.DecodeStepSecPerSeq // ceil(2000 / (8192 − 100)) = 1 step
+	kvWait := step * remaining
+	// 100 running + this one over a limit of 91: 10 completions, one every
+	// 2·500/100 steps.
+	batchWait := step * 10 * 2 * remaining / batch
+	tests := []struct {
+		name     string
+		kvUsage  float64
+		maxBatch int
+		want     float64
+	}{
+		{name: "free kv, no batch limit", kvUsage: 0.5, want: base},
+		{name: "batch below limit", kvUsage: 0.5, maxBatch: 256, want: base},
+		{name: "full kv", kvUsage: 0.999, want: base + kvWait},
+		{name: "full batch", kvUsage: 0.5, maxBatch: 91, want: base + batchWait},
+		{name: "full kv and batch", kvUsage: 0.999, maxBatch: 91, want: base + max(kvWait, batchWait)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := exactParams()
+			rs := fleet("h100", 1, now)
+			rs[0].KVUsage, rs[0].MaxBatchSeqs, rs[0].RunningRequests = tt.kvUsage, tt.maxBatch, batch
+			rs[0].PeerWork = Work{DecodeN: batch, DecodeTokens: batch * remaining}
+			var d Decision
+			Pick(&p, &Request{PromptTokens: n}, rs, nil, nil, now, &d)
+			if got := waitOf(&d, 0); math.Abs(got-tt.want) > 1e-9 {
+				t.Fatalf("W(kv %v, max batch %d) = %v, want %v", tt.kvUsage, tt.maxBatch, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestWarmBatchKeepsAffinity: the case the fleet simulator found. A warm
+// replica decoding a large batch of long outputs still wins a long shared
+// prefix over an idle cold one: its decodes only slow the prefill's steps
+// (milliseconds), while the cold replica must prefill 6,000 more tokens.
+// Counting the batch's 100,000 remaining tokens as queued work (6 s on an
+// H100) would send the request away and lose the hit.
+func TestWarmBatchKeepsAffinity(t *testing.T) {
+	now := 10 * sec
+	p := DefaultParams()
+	rs := fleet("h100", 2, now)
+	rs[0].RunningRequests = 100
+	rs[0].PeerWork = Work{DecodeN: 100, DecodeTokens: 100 * 1000}
+	rs[0].KVUsage = 0.6
+	var d Decision
+	Pick(&p, &Request{PromptTokens: 7200}, rs, []int{6000, 0}, nil, now, &d)
+	if d.Index != 0 || d.Reason != ReasonPrefixAffinity {
+		t.Fatalf("Pick(warm busy, cold idle) = %d (%v), want 0 (prefix-affinity)", d.Index, d.Reason)
 	}
 }

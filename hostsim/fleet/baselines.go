@@ -425,47 +425,111 @@ func (p *dynamoRouter) Pick(_ time.Duration, req *Request, _ int) Decision {
 
 // ---- oracle ----
 
-// oracle applies gpuroute's rule ETTFT = W + A + P(n − k) (DESIGN.md §1) with
-// exact, fresh state: true output lengths for the decode work ahead, the
-// replica's actual cache and adapter slots, the scoring.Hardware costs. It is
-// the bound the real policies are measured against, not a feasible router.
-type oracle struct{ f *Fleet }
+// oracle is gpuroute's rule ETTFT = W + A + P(n − k) (DESIGN.md §1), run by
+// scoring.Pick itself, on exact, fresh state: every request's true
+// remaining prompt and output tokens as the work of the replica (PeerWork,
+// so nothing is "foreign" and estimated from means), the replica's actual
+// prefix cache, free KV, batch limit and adapter tier, the scoring.Hardware
+// costs. It is the bound the real policies are measured against, not a
+// feasible router; where it loses, the rule's model of W is wrong, not its
+// inputs.
+type oracle struct {
+	f      *Fleet
+	params scoring.Params
+	reps   []scoring.Replica
+	adapt  [][1]scoring.Adapter
+	cached []int
+	d      scoring.Decision
+}
 
-func (p *oracle) Name() string          { return "oracle" }
-func (p *oracle) Start(f *Fleet) error  { p.f = f; return nil }
+func (p *oracle) Name() string { return "oracle" }
+
+func (p *oracle) Start(f *Fleet) error {
+	p.f = f
+	p.params = scoring.DefaultParams()
+	n := f.Len()
+	p.reps = make([]scoring.Replica, n)
+	p.adapt = make([][1]scoring.Adapter, n)
+	p.cached = make([]int, n)
+	for i := range n {
+		r := f.Replica(i)
+		p.reps[i].Addr = r.Addr
+		p.reps[i].AddrHash = scoring.HashString(r.Addr)
+		p.reps[i].Engine = r.cfg.Engine
+	}
+	if n > 0 {
+		// scoring.Params has one chunk budget for the fleet; the
+		// simulated replicas share the default unless configured.
+		p.params.PrefillChunkTokens = f.Replica(0).cfg.TokenBudget
+	}
+	return nil
+}
+
 func (p *oracle) Advance(time.Duration) {}
 func (p *oracle) Observe(ev *Event)     {}
-func (p *oracle) Pick(_ time.Duration, req *Request, _ int) Decision {
-	best, bc := -1, math.Inf(1)
-	fallback, fw := -1, math.Inf(1)
-	for i := 0; i < p.f.Len(); i++ {
-		r := p.f.Replica(i)
-		if !r.Open() {
-			continue
+
+func (p *oracle) Pick(now time.Duration, req *Request, _ int) Decision {
+	nowNanos := int64(now) + 1 // 0 would mean "never scraped"
+	for i := range p.reps {
+		p.fill(i, req, nowNanos)
+	}
+	sreq := scoring.Request{PromptTokens: req.PromptTokens, Chain: req.Chain(), Model: req.Model,
+		Adapter: req.Adapter, MaxTokens: req.MaxTokens, Stream: req.Stream}
+	scoring.Pick(&p.params, &sreq, p.reps, p.cached, nil, nowNanos, &p.d)
+	if p.d.Index < 0 && p.d.NoAdapterSlot > 0 {
+		// No open replica can take the adapter now: queue it where the
+		// rest of the cost is lowest; the replica loads it when a slot frees.
+		sreq.Adapter = ""
+		scoring.Pick(&p.params, &sreq, p.reps, p.cached, nil, nowNanos, &p.d)
+	}
+	return pickOr503(p.d.Index)
+}
+
+// fill writes replica i's exact state for req into p.reps[i] and
+// p.cached[i].
+func (p *oracle) fill(i int, req *Request, nowNanos int64) {
+	r := p.f.Replica(i)
+	s := &p.reps[i]
+	s.Healthy = r.Open()
+	s.Drain = scoring.Serving
+	s.ScrapedNanos = nowNanos
+	s.Hardware = r.cfg.Hardware
+	p.cached[i] = 0
+	if !s.Healthy {
+		return
+	}
+	p.cached[i] = r.CachedPrefixTokens(req)
+	var w scoring.Work
+	for _, q := range r.waiting {
+		k := min(r.kv.cachedBlocks(q.req.Chain())*BlockTokens, q.target-1)
+		w.QueuedN++
+		w.QueuedTokens += int64(q.target - k)
+	}
+	for _, q := range r.running {
+		if q.decode {
+			w.DecodeN++
+			w.DecodeTokens += int64(max(q.req.output-q.gen, 0))
+		} else {
+			w.QueuedN++
+			w.QueuedTokens += int64(q.target - q.done)
 		}
-		h := r.Hardware()
-		n := max(req.PromptTokens, 1)
-		k := r.CachedPrefixTokens(req)
-		w := r.OutstandingWorkSec()
-		if r.FreeKVTokens() < n-k+BlockTokens {
-			w += r.MinRemainingSec()
-		}
-		if w < fw {
-			fallback, fw = i, w
-		}
+	}
+	s.PeerWork = w
+	s.WaitingRequests, s.RunningRequests = len(r.waiting), len(r.running)
+	capTok := r.KVCapacityTokens()
+	s.KVCapacityTokens = capTok
+	s.KVUsage = 1 - float64(r.FreeKVTokens())/float64(max(capTok, 1))
+	s.MaxBatchSeqs = r.cfg.MaxBatch
+	s.Adapters = s.Adapters[:0]
+	s.AdapterSlots = -1 // a free or evictable slot: the tier sets the cost
+	if req.Adapter != "" {
 		tier, ok := r.AdapterTier(req.Adapter)
 		if !ok {
-			continue
+			s.AdapterSlots = 0
 		}
-		c := w + r.AdapterLoadSec(tier) + h.PrefillSeconds(n-k)
-		if c < bc {
-			best, bc = i, c
-		}
+		p.adapt[i][0] = scoring.Adapter{Name: req.Adapter, Tier: tier}
+		s.Adapters = p.adapt[i][:1]
 	}
-	if best < 0 {
-		best = fallback
-	}
-	return pickOr503(best)
 }
 
 // blockLRU is a bounded set of block hashes, least recently touched evicted

@@ -5,9 +5,9 @@
 //	if err != nil { /* refuse the configuration: log err, return false */ }
 //	_ = cfg.Replicas[0].AddressText // "10.0.0.1:8000"
 //
-// It reads JSON with the small strict reader in json.go rather than
-// encoding/json (reflect) or github.com/buger/jsonparser (imports fmt, hence os;
-// see json.go), keeping the wasm module free of both (ABI.md §1.5, STYLE.md 23). Unknown keys, duplicate
+// It reads JSON with plugin/jsonx rather than encoding/json (reflect) or
+// github.com/buger/jsonparser (imports fmt, hence os), keeping the wasm module
+// free of both (ABI.md §1.5, STYLE.md 23). Unknown keys, duplicate
 // keys and bad values are errors that quote the offending input, so a typo
 // never silently falls back to a default. New keys are added in the key
 // switches of parseTop and parseReplica, with a row in config_test.go.
@@ -17,7 +17,9 @@ import (
 	"errors"
 	"net/netip"
 	"strconv"
+	"unicode/utf8"
 
+	"github.com/gpuroute/gpuroute/plugin/jsonx"
 	"github.com/gpuroute/gpuroute/plugin/metrics"
 	"github.com/gpuroute/gpuroute/scoring"
 )
@@ -37,21 +39,22 @@ const (
 	KeyAdapterSlots    = "adapter_slots"
 	KeyKVCapacity      = "kv_capacity_tokens"
 
-	KeyAdapters         = "adapters"
-	KeyBlockChars       = "block_chars"
-	KeyMaxBodyBytes     = "max_body_bytes"
-	KeyScrapeTimeoutMs  = "scrape_timeout_ms"
-	KeyLeaseMs          = "lease_ms"
-	KeyUnhealthyAfter   = "unhealthy_after_failures"
-	KeyDecisionHeader   = "decision_header"
-	KeyStatusPath       = "status_path"
-	KeyMaxWaitMs        = "max_wait_ms"
-	KeyFallbacks        = "fallbacks"
-	KeyStaleAfterMs     = "stale_after_ms"
-	KeyStalePenaltyMs   = "stale_penalty_ms"
-	KeyAdapterMemoryMs  = "adapter_memory_ms"
-	KeyAdapterTolerance = "adapter_tolerance_ms"
-	KeyTieEpsilonMs     = "tie_epsilon_ms"
+	KeyAdapters           = "adapters"
+	KeyBlockChars         = "block_chars"
+	KeyMaxBodyBytes       = "max_body_bytes"
+	KeyScrapeTimeoutMs    = "scrape_timeout_ms"
+	KeyLeaseMs            = "lease_ms"
+	KeyUnhealthyAfter     = "unhealthy_after_failures"
+	KeyDecisionHeader     = "decision_header"
+	KeyStatusPath         = "status_path"
+	KeyMaxWaitMs          = "max_wait_ms"
+	KeyFallbacks          = "fallbacks"
+	KeyStaleAfterMs       = "stale_after_ms"
+	KeyStalePenaltyMs     = "stale_penalty_ms"
+	KeyAdapterMemoryMs    = "adapter_memory_ms"
+	KeyAdapterTolerance   = "adapter_tolerance_ms"
+	KeyTieEpsilonMs       = "tie_epsilon_ms"
+	KeyPrefillChunkTokens = "prefill_chunk_tokens"
 )
 
 // Bounds and defaults.
@@ -133,7 +136,7 @@ type Replica struct {
 	MetricsPath string
 	// Engine selects the metric names; default vLLM.
 	Engine metrics.Engine
-	// MetricNames are the engine's default names (overridable later).
+	// MetricNames are the engine's default metric names.
 	MetricNames metrics.Names
 	// Hardware names the cost profile (scoring.LookupHardware); Profile is
 	// the profile itself. Default "h100".
@@ -205,8 +208,9 @@ func (c *Config) LookupAdapter(model []byte) (Adapter, bool) {
 // Parse parses and validates a configuration. It never panics; on error the
 // message starts with "config: " and quotes the offending key or value.
 func Parse(data []byte) (*Config, error) {
-	i := skipSpace(data, 0)
-	if i >= len(data) || data[i] != '{' {
+	var r jsonx.Reader
+	r.Reset(data)
+	if r.Kind() != jsonx.Object {
 		return nil, errors.New("config: want a JSON object, got " + quote(data))
 	}
 	cfg := &Config{
@@ -218,32 +222,40 @@ func Parse(data []byte) (*Config, error) {
 		Params:                 scoring.DefaultParams(),
 	}
 	var seen seenKeys
-	end, err := object(data, i, 1, func(key string, k kind, raw []byte) error {
+	r.Object()
+	for r.Member() {
+		key := string(r.Key())
 		if err := seen.add("", key); err != nil {
-			return err
+			return nil, err
 		}
+		var err error
 		switch key {
 		case KeyReplicas:
-			return parseReplicas(cfg, k, raw)
+			err = parseReplicas(cfg, &r)
 		case KeyTickMillis:
-			v, err := intValue(KeyTickMillis, k, raw)
-			if err != nil {
-				return err
+			var v int64
+			if v, err = intValue(KeyTickMillis, r.Value()); err == nil && (v < 1 || v > MaxTickMillis) {
+				err = errors.New("config: " + KeyTickMillis + " must be in [1, " + strconv.Itoa(MaxTickMillis) + "], got " + strconv.FormatInt(v, 10))
 			}
-			if v < 1 || v > MaxTickMillis {
-				return errors.New("config: " + KeyTickMillis + " must be in [1, " + strconv.Itoa(MaxTickMillis) + "], got " + strconv.FormatInt(v, 10))
+			if err == nil {
+				cfg.TickMillis = uint32(v)
 			}
-			cfg.TickMillis = uint32(v)
-			return nil
+		default:
+			err = parseRouting(cfg, key, &r)
 		}
-		return parseRouting(cfg, key, k, raw)
-	})
-	if err != nil {
+		if err != nil {
+			if jerr := malformed(&r); jerr != nil {
+				return nil, jerr // a value that failed to read is a syntax error
+			}
+			return nil, err
+		}
+	}
+	if err := malformed(&r); err != nil {
 		return nil, err
 	}
-	for _, c := range data[end:] {
+	for _, c := range data[r.Offset():] {
 		if !isSpace(c) {
-			return nil, errors.New("config: trailing data after the object: " + quote(data[end:]))
+			return nil, errors.New("config: trailing data after the object: " + quote(data[r.Offset():]))
 		}
 	}
 	if len(cfg.Replicas) == 0 {
@@ -258,91 +270,113 @@ func Parse(data []byte) (*Config, error) {
 	return cfg, nil
 }
 
-func parseReplicas(cfg *Config, k kind, raw []byte) error {
-	if k != kindArray {
+// malformed returns the reader's syntax error in the package's wording.
+func malformed(r *jsonx.Reader) error {
+	if err := r.Err(); err != nil {
+		e := err.(*jsonx.Error)
+		return errors.New("config: malformed JSON at offset " + strconv.Itoa(e.Offset) + ": " + e.Detail())
+	}
+	return nil
+}
+
+func parseReplicas(cfg *Config, r *jsonx.Reader) error {
+	if k := r.Kind(); k != jsonx.Array {
 		return errors.New("config: " + KeyReplicas + " must be an array, got " + k.String())
 	}
 	cfg.Replicas = cfg.Replicas[:0]
 	byName := map[string]int{}
-	_, err := array(raw, 0, 2, func(i int, k kind, elem []byte) error {
+	r.Array()
+	for i := 0; r.Elem(); i++ {
 		if i >= MaxReplicas {
 			return errors.New("config: " + KeyReplicas + " has more than " + strconv.Itoa(MaxReplicas) + " entries")
 		}
-		r, err := parseReplica(i, k, elem)
+		rep, err := parseReplica(i, r)
 		if err != nil {
 			return err
 		}
-		if j, dup := byName[r.Name]; dup {
-			return errors.New("config: " + field(i, KeyName) + " " + quoteString(r.Name) + " duplicates " + field(j, KeyName))
+		if j, dup := byName[rep.Name]; dup {
+			return errors.New("config: " + field(i, KeyName) + " " + quoteString(rep.Name) + " duplicates " + field(j, KeyName))
 		}
-		byName[r.Name] = i
-		cfg.Replicas = append(cfg.Replicas, r)
-		return nil
-	})
-	return err
+		byName[rep.Name] = i
+		cfg.Replicas = append(cfg.Replicas, rep)
+	}
+	return malformed(r)
 }
 
-func parseReplica(i int, k kind, raw []byte) (Replica, error) {
-	r := Replica{Engine: metrics.EngineVLLM, State: StateActive, MetricsPath: DefaultMetricsPath,
+func parseReplica(i int, r *jsonx.Reader) (Replica, error) {
+	rep := Replica{Engine: metrics.EngineVLLM, MetricNames: metrics.DefaultNames(metrics.EngineVLLM),
+		State: StateActive, MetricsPath: DefaultMetricsPath,
 		Hardware: scoring.HardwareH100, Profile: scoring.DefaultHardware(), AdapterSlots: -1}
 	where := KeyReplicas + "[" + strconv.Itoa(i) + "]"
-	if k != kindObject {
-		return r, errors.New("config: " + where + " must be an object, got " + k.String())
+	if k := r.Kind(); k != jsonx.Object {
+		if err := malformed(r); err != nil {
+			return rep, err
+		}
+		r.Skip()
+		if err := malformed(r); err != nil {
+			return rep, err
+		}
+		return rep, errors.New("config: " + where + " must be an object, got " + k.String())
 	}
 	var seen seenKeys
 	var stateText string
-	_, err := object(raw, 0, 3, func(key string, k kind, raw []byte) error {
+	r.Object()
+	for r.Member() {
+		key := string(r.Key())
 		if err := seen.add(where, key); err != nil {
-			return err
+			return rep, err
 		}
 		switch key {
 		case KeyName, KeyAddress, KeyMetricsCluster, KeyEngine, KeyHardware, KeyState, KeyMetricsPath:
-			s, err := stringValue(field(i, key), k, raw)
+			s, err := stringValue(field(i, key), r.Value())
 			if err != nil {
-				return err
+				return rep, err
 			}
 			if key == KeyState {
 				stateText = s
 			}
-			return setReplicaString(&r, i, key, s)
+			if err := setReplicaString(&rep, i, key, s); err != nil {
+				return rep, err
+			}
 		case KeyDrainDeadlineMs:
-			v, err := intValue(field(i, key), k, raw)
+			v, err := intValue(field(i, key), r.Value())
 			if err != nil {
-				return err
+				return rep, err
 			}
 			if v <= 0 {
-				return errors.New("config: " + field(i, key) + " must be > 0, got " + strconv.FormatInt(v, 10))
+				return rep, errors.New("config: " + field(i, key) + " must be > 0, got " + strconv.FormatInt(v, 10))
 			}
-			r.DrainDeadlineUnixMillis = v
-			return nil
+			rep.DrainDeadlineUnixMillis = v
 		case KeyAdapterSlots:
-			v, err := boundedInt(field(i, key), k, raw, -1, 1024)
-			r.AdapterSlots = int(v)
-			return err
+			v, err := boundedInt(field(i, key), r.Value(), -1, 1024)
+			if err != nil {
+				return rep, err
+			}
+			rep.AdapterSlots = int(v)
 		case KeyKVCapacity:
-			v, err := boundedInt(field(i, key), k, raw, 0, 1<<40)
-			r.KVCapacityTokens = int(v)
-			return err
+			v, err := boundedInt(field(i, key), r.Value(), 0, 1<<40)
+			if err != nil {
+				return rep, err
+			}
+			rep.KVCapacityTokens = int(v)
+		default:
+			return rep, errors.New("config: " + where + ": unknown key " + quoteString(key))
 		}
-		return errors.New("config: " + where + ": unknown key " + quoteString(key))
-	})
-	if err != nil {
-		return r, err
 	}
-	if r.Name == "" {
-		return r, errors.New("config: " + field(i, KeyName) + " is required")
+	if err := malformed(r); err != nil {
+		return rep, err
 	}
-	if !r.Address.IsValid() {
-		return r, errors.New("config: " + field(i, KeyAddress) + " is required")
+	if rep.Name == "" {
+		return rep, errors.New("config: " + field(i, KeyName) + " is required")
 	}
-	if r.MetricNames == (metrics.Names{}) {
-		r.MetricNames = metrics.DefaultNames(r.Engine)
+	if !rep.Address.IsValid() {
+		return rep, errors.New("config: " + field(i, KeyAddress) + " is required")
 	}
-	if r.DrainDeadlineUnixMillis != 0 && r.State != StateDraining {
-		return r, errors.New("config: " + field(i, KeyDrainDeadlineMs) + " is only allowed with state " +
+	if rep.DrainDeadlineUnixMillis != 0 && rep.State != StateDraining {
+		return rep, errors.New("config: " + field(i, KeyDrainDeadlineMs) + " is only allowed with state " +
 			strconv.Quote(StateNameDraining) + ", got state " + strconv.Quote(stateText))
 	}
-	return r, nil
+	return rep, nil
 }
 
 func setReplicaString(r *Replica, i int, key, s string) error {
@@ -425,29 +459,35 @@ func field(i int, key string) string {
 }
 
 // shown renders a value for an error message: strings decoded, others raw.
-func shown(k kind, raw []byte) string {
-	if k == kindString {
-		return quoteString(unquote(raw))
+func shown(v jsonx.Value) string {
+	if v.Kind == jsonx.String {
+		return quote(jsonx.AppendUnescape(nil, v.Raw))
 	}
-	return quote(raw)
+	return quote(v.Raw)
 }
 
-func stringValue(name string, k kind, raw []byte) (string, error) {
-	if k != kindString {
-		return "", errors.New("config: " + name + " must be a string, got " + k.String() + " " + shown(k, raw))
+// stringValue decodes a string value. Replica names, addresses and the like
+// must be text, so invalid UTF-8 (which JSON readers pass through) is refused.
+func stringValue(name string, v jsonx.Value) (string, error) {
+	if v.Kind != jsonx.String {
+		return "", errors.New("config: " + name + " must be a string, got " + v.Kind.String() + " " + shown(v))
 	}
-	return unquote(raw), nil
+	s := jsonx.AppendUnescape(nil, v.Raw)
+	if !utf8.Valid(s) {
+		return "", errors.New("config: " + name + " must be valid UTF-8, got " + quote(s))
+	}
+	return string(s), nil
 }
 
-func intValue(name string, k kind, raw []byte) (int64, error) {
-	if k != kindNumber {
-		return 0, errors.New("config: " + name + " must be a number, got " + k.String() + " " + shown(k, raw))
+func intValue(name string, v jsonx.Value) (int64, error) {
+	if v.Kind != jsonx.Number {
+		return 0, errors.New("config: " + name + " must be a number, got " + v.Kind.String() + " " + shown(v))
 	}
-	v, err := strconv.ParseInt(string(raw), 10, 64)
-	if err != nil {
-		return 0, errors.New("config: " + name + " must be an integer, got " + quote(raw))
+	n, ok := jsonx.ParseInt(v.Raw)
+	if !ok {
+		return 0, errors.New("config: " + name + " must be an integer, got " + quote(v.Raw))
 	}
-	return v, nil
+	return n, nil
 }
 
 func quote(b []byte) string { return quoteString(string(b)) }

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 )
 
 const example = `{"replicas":[{"name":"vllm-0","address":"10.0.0.1:8000","metrics_cluster":"vllm-0-metrics","engine":"vllm","hardware":"h100","state":"active"}],"tick_ms":1000}`
@@ -47,6 +48,24 @@ func TestParseAccepts(t *testing.T) {
 		}},
 		{name: "whitespace and escapes", in: " {\n\"replicas\" : [ {\"name\":\"a\\u0062\",\"address\":\"10.0.0.1:1\"} ] , \"tick_ms\" : 50 }\n", check: func(c *Config) bool {
 			return c.Replicas[0].Name == "ab" && c.TickMillis == 50
+		}},
+		{name: "routing keys", in: `{"replicas":[{"name":"a","address":"10.0.0.1:1","hardware":"L4","adapter_slots":4,"kv_capacity_tokens":40000,"metrics_path":"/prometheus/metrics"}],` +
+			`"adapters":{"sql-lora":"llama-3-8b"},"block_chars":128,"max_body_bytes":65536,"scrape_timeout_ms":200,"lease_ms":900,` +
+			`"unhealthy_after_failures":5,"decision_header":true,"status_path":"/gpuroute/status","max_wait_ms":2500,"fallbacks":2,` +
+			`"stale_after_ms":500,"stale_penalty_ms":100,"adapter_memory_ms":0,"adapter_tolerance_ms":20,"tie_epsilon_ms":3,"prefill_chunk_tokens":2048}`,
+			check: func(c *Config) bool {
+				r, p := c.Replicas[0], c.Params
+				a, ok := c.LookupAdapter([]byte("sql-lora"))
+				return r.Hardware == "l4" && r.Profile.Name == "l4" && r.AdapterSlots == 4 && r.KVCapacityTokens == 40000 &&
+					r.MetricsPath == "/prometheus/metrics" && ok && a.Base == "llama-3-8b" && c.BlockChars == 128 &&
+					c.MaxBodyBytes == 65536 && c.ScrapeTimeoutMillis == 200 && c.LeaseMillis == 900 && c.UnhealthyAfterFailures == 5 &&
+					c.DecisionHeader && c.StatusPath == "/gpuroute/status" && c.MaxWaitSec == 2.5 && c.Fallbacks == 2 &&
+					p.StaleAfter == 500*time.Millisecond && p.StalePenaltySec == 0.1 && p.AdapterMemory == 0 &&
+					p.AdapterToleranceSec == 0.02 && p.TieEpsilonSec == 0.003 && p.PrefillChunkTokens == 2048
+			}},
+		{name: "lease defaults to three ticks", in: `{"replicas":[{"name":"a","address":"10.0.0.1:1"}],"tick_ms":500}`, check: func(c *Config) bool {
+			_, isAdapter := c.LookupAdapter([]byte("llama-3-8b"))
+			return c.LeaseMillis == 1500 && !isAdapter && c.MaxBodyBytes == DefaultMaxBodyBytes && c.Replicas[0].AdapterSlots == -1
 		}},
 		{name: "engines", in: `{"replicas":[{"name":"a","address":"10.0.0.1:1","engine":"sglang"},{"name":"b","address":"10.0.0.1:2","engine":"tgi"},{"name":"c","address":"10.0.0.1:3","engine":"triton"}]}`, check: func(c *Config) bool {
 			return c.Replicas[2].Engine == metrics.EngineTriton
@@ -91,6 +110,22 @@ func TestParseRejects(t *testing.T) {
 		{name: "duplicate replica key", in: `{"replicas":[` + r(`,"name":"y"`) + `]}`, want: `config: replicas[0]: duplicate key "name"`},
 		{name: "bad state", in: `{"replicas":[` + r(`,"state":"paused"`) + `]}`,
 			want: `config: replicas[0].state "paused" is not one of active, draining, drained`},
+		{name: "unknown hardware", in: `{"replicas":[` + r(`,"hardware":"tpu"`) + `]}`,
+			want: `config: replicas[0].hardware "tpu" is not a known profile (h100, a100, l40s, l4)`},
+		{name: "adapter slots bound", in: `{"replicas":[` + r(`,"adapter_slots":5000`) + `]}`,
+			want: `config: replicas[0].adapter_slots must be in [-1, 1024], got 5000`},
+		{name: "body limit bound", in: `{"replicas":[` + r(``) + `],"max_body_bytes":104857600}`,
+			want: `config: max_body_bytes must be in [1024, 1048576], got 104857600`},
+		{name: "block size bound", in: `{"replicas":[` + r(``) + `],"block_chars":2}`,
+			want: `config: block_chars must be in [8, 4096], got 2`},
+		{name: "status path", in: `{"replicas":[` + r(``) + `],"status_path":"status"}`,
+			want: `config: status_path "status" must be empty or a path starting with / (at most 256 bytes)`},
+		{name: "decision header type", in: `{"replicas":[` + r(``) + `],"decision_header":"yes"}`,
+			want: `config: decision_header must be true or false, got string "yes"`},
+		{name: "adapters type", in: `{"replicas":[` + r(``) + `],"adapters":["a"]}`,
+			want: `config: adapters must be an object of adapter name to base model, got array`},
+		{name: "adapter base", in: `{"replicas":[` + r(``) + `],"adapters":{"a":""}}`,
+			want: `config: adapters entry "a": "" needs an adapter name and a base model of 1 to 256 bytes`},
 		{name: "bad engine", in: `{"replicas":[` + r(`,"engine":"ollama"`) + `]}`,
 			want: `config: replicas[0].engine "ollama" is not one of vllm, sglang, tgi, triton, trtllm-serve`},
 		{name: "deadline when active", in: `{"replicas":[` + r(`,"drain_deadline_ms":5`) + `]}`,

@@ -8,9 +8,10 @@
 //	hasher.Reset(seedFor(req.Model))            // seed before any prompt byte
 //	err = p.WriteText(hasher, &req)             // prompt bytes, framed; PromptChars
 //
-// Requests are validated by an iterative scanner (nesting bounded by MaxDepth,
-// RFC 8259 escapes) and then walked with github.com/buger/jsonparser. Bodies
-// cut at the plugin's buffer limit go through ParseTruncated, which reads the
+// Requests are read with plugin/jsonx in one forward pass that validates the
+// whole body while extracting fields (nesting bounded by MaxDepth, RFC 8259
+// grammar and escapes); WriteText re-reads only the prompt. Bodies cut at the
+// plugin's buffer limit go through ParseTruncated, which reads the
 // complete prefix. Responses: StreamCounter counts generated tokens in a
 // server-sent-event stream fed chunk by chunk; ParseUsage reads the usage of
 // a non-streamed response.

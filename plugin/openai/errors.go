@@ -1,9 +1,6 @@
 package openai
 
-import (
-	"errors"
-	"strconv"
-)
+import "strconv"
 
 // Code classifies a parse failure so the plugin can count failures by kind
 // without formatting a message.
@@ -40,13 +37,6 @@ var (
 	ErrTruncated error = &Error{Code: CodeTruncated, Offset: -1}
 	ErrNoModel   error = &Error{Code: CodeNoModel, Offset: -1}
 	ErrBadField  error = &Error{Code: CodeBadField, Offset: -1}
-)
-
-// scanner outcomes, mapped to Error by the Parser.
-var (
-	errSyntax        = errors.New("openai: syntax")
-	errDepth         = errors.New("openai: depth")
-	errTruncatedBody = errors.New("openai: truncated")
 )
 
 // Value returns the first bytes (at most 32) of the offending raw value.

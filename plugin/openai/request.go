@@ -2,10 +2,9 @@ package openai
 
 import (
 	"bytes"
-	"encoding/binary"
 	"io"
 
-	"github.com/buger/jsonparser"
+	"github.com/gpuroute/gpuroute/plugin/jsonx"
 )
 
 // Kind is the OpenAI endpoint a body was sent to; it decides where the prompt is.
@@ -54,8 +53,15 @@ const (
 // MaxModelBytes bounds the decoded "model" value (Hugging Face ids are far shorter).
 const MaxModelBytes = 256
 
-// unescapeChunk is how much of a JSON string is decoded at once; strings are
-// decoded in pieces so the scratch buffer is fixed, whatever the body size.
+// MaxDepth is the deepest nesting of JSON arrays and objects a body may have
+// (jsonx.MaxDepth): far beyond the 4 levels an OpenAI request uses (body →
+// messages → message → content part → image_url).
+const MaxDepth = jsonx.MaxDepth
+
+// unescapeChunk is the scratch size for decoding JSON strings: escapes and
+// short literal runs are gathered there, long runs go to the writer straight
+// from the body (jsonx.Reader.WriteString), so the scratch is fixed whatever
+// the body size.
 const unescapeChunk = 2048
 
 // Request is what the router reads from an OpenAI request body.
@@ -93,20 +99,20 @@ type Request struct {
 // concurrent use; keep one per HTTP context or per VM (the plugin is single
 // threaded per VM).
 type Parser struct {
-	sc      scanner
-	repairs []byte // truncated bodies are closed here; grows to the body limit once
-	err     Error
-	scratch [unescapeChunk + 16]byte
-	model   [MaxModelBytes]byte
-	one     [1]byte
-	hexbuf  [18]byte
+	rd, sub, sub2 jsonx.Reader // sub and sub2 re-read deferred values
+	err           Error
+	scratch       [unescapeChunk]byte
+	model         [MaxModelBytes]byte
+	one           [1]byte
+	hexbuf        [18]byte
+	sink          sink
 
 	// Located by Parse, consumed by WriteText.
 	kind       Kind
-	doc        []byte // body, or repairs when truncated
-	synth      int    // trailing synthetic bytes of doc
-	prompt     []byte
-	promptType jsonparser.ValueType
+	doc        []byte // the body
+	prefix     bool   // doc may be cut (ParseTruncated)
+	promptOff  int    // offset of the prompt value in doc
+	promptKind jsonx.Kind
 	parsed     bool
 
 	// Parse state.
@@ -120,18 +126,15 @@ type Parser struct {
 	n      int
 	tokens int
 	werr   error
-	nth    int // element index inside the array being walked
-	elem   jsonparser.ValueType
+}
 
-	// Message and part fields, recorded then written in a fixed order.
-	role, content, toolCalls   []byte
-	roleOK                     bool
-	contentType, toolCallsType jsonparser.ValueType
-	partType, partText         []byte
-	partTypeOK                 bool
-	partTextType               jsonparser.ValueType
-	refusal                    []byte
-	refusalType                jsonparser.ValueType
+// sink lets jsonx write decoded text through Parser.emit without an
+// allocation (a pointer to a field converts to an interface for free).
+type sink struct{ p *Parser }
+
+func (s *sink) Write(b []byte) (int, error) {
+	s.p.emit(b)
+	return len(b), s.p.werr
 }
 
 // KindFromPath maps a request path (query string allowed) to its Kind.
@@ -180,39 +183,46 @@ func (p *Parser) ParseTruncated(kind Kind, body []byte, out *Request) error {
 	return p.parse(kind, body, out, true)
 }
 
+// parse reads the body in one forward pass: fields are extracted while the
+// reader validates, and the prompt is validated and located, not decoded.
 func (p *Parser) parse(kind Kind, body []byte, out *Request, truncOK bool) error {
 	*out = Request{Kind: kind, N: 1}
-	p.kind, p.doc, p.synth, p.prompt, p.promptType, p.parsed = kind, body, 0, nil, jsonparser.NotExist, false
+	p.kind, p.doc, p.prefix, p.promptOff, p.promptKind, p.parsed = kind, body, truncOK, 0, jsonx.None, false
 	p.first, p.out = nil, out
 	p.maxTok, p.maxCompTok, p.hasMax, p.hasMaxComp = 0, 0, false, false
 
-	switch p.sc.scan(body) {
-	case nil:
-		p.doc = body[:p.sc.end]
-	case errTruncatedBody:
-		if !truncOK {
-			return p.err.set(CodeTruncated, "", "", len(body), nil)
-		}
-		if p.sc.safeDepth == 0 && !p.sc.inValue { // not even "{" was read
+	r := &p.rd
+	if truncOK {
+		r.ResetPrefix(body)
+	} else {
+		r.Reset(body)
+	}
+	switch k := r.Kind(); {
+	case k == jsonx.None && r.Offset() >= len(body): // empty or blank
+		if truncOK {
 			return p.err.set(CodeNotJSON, "", "", len(body), nil)
 		}
-		p.repairs, p.synth = p.sc.repair(p.repairs, body)
-		p.doc = p.repairs
-		out.Truncated = true
-	case errDepth:
-		return p.err.set(CodeTooDeep, "", "", p.sc.errOff, nil)
-	default:
-		return p.err.set(CodeNotJSON, "", "", p.sc.errOff, nil)
+		return p.err.set(CodeTruncated, "", "", len(body), nil)
+	case k != jsonx.Object: // the top level must be an object
+		return p.err.set(CodeNotJSON, "", "", r.Offset(), nil)
 	}
-
-	// The document is valid JSON now, so jsonparser's lenient walk cannot
-	// disagree with the scanner about structure.
-	if err := jsonparser.ObjectEach(p.doc, func(key, v []byte, vt jsonparser.ValueType, _ int) error {
-		p.topField(key, v, vt)
-		return nil
-	}); err != nil {
-		return p.err.set(CodeNotJSON, "", "", 0, nil)
+	r.Object()
+	for r.Member() {
+		p.topField(r)
 	}
+	if err := r.End(); err != nil {
+		*out = Request{Kind: kind, N: 1}
+		p.first = nil
+		e := err.(*jsonx.Error)
+		switch e.Code {
+		case jsonx.TooDeep:
+			return p.err.set(CodeTooDeep, "", "", e.Offset, nil)
+		case jsonx.UnexpectedEnd:
+			return p.err.set(CodeTruncated, "", "", len(body), nil)
+		}
+		return p.err.set(CodeNotJSON, "", "", e.Offset, nil)
+	}
+	out.Truncated = r.Truncated()
 	p.parsed = true
 	switch {
 	case p.hasMaxComp:
@@ -250,113 +260,89 @@ const (
 	ruleModelLen = "a string of at most 256 bytes"
 )
 
-func (p *Parser) topField(key, v []byte, vt jsonparser.ValueType) {
+func (p *Parser) topField(r *jsonx.Reader) {
 	out := p.out
-	switch string(key) {
+	switch string(r.Key()) {
 	case FieldModel:
+		v := r.Value()
 		switch {
-		case vt == jsonparser.Null:
-		case vt != jsonparser.String:
-			p.fail(CodeBadField, FieldModel, ruleString, v)
-		case p.partial(v): // a cut-off name would route to the wrong adapter
+		case v.Kind == jsonx.None, v.Kind == jsonx.Null:
+		case v.Kind != jsonx.String:
+			p.fail(CodeBadField, FieldModel, ruleString, v.Raw)
+		case v.Partial: // a cut-off name would route to the wrong adapter
 			out.Model = nil
-		case len(v) > MaxModelBytes:
-			p.fail(CodeBadField, FieldModel, ruleModelLen, v)
+		case len(v.Raw) > MaxModelBytes:
+			p.fail(CodeBadField, FieldModel, ruleModelLen, v.Raw)
 		default:
-			m, err := jsonparser.Unescape(v, p.model[:])
-			if err != nil {
-				p.fail(CodeBadField, FieldModel, ruleString, v)
-				return
-			}
-			out.Model = m
+			out.Model = jsonx.AppendUnescape(p.model[:0], v.Raw)
 		}
 	case FieldMaxTokens:
-		p.maxTok, p.hasMax = p.count(FieldMaxTokens, v, vt, 0)
+		p.maxTok, p.hasMax = p.count(FieldMaxTokens, r.Value(), 0)
 	case FieldMaxCompletionTokens:
-		p.maxCompTok, p.hasMaxComp = p.count(FieldMaxCompletionTokens, v, vt, 0)
+		p.maxCompTok, p.hasMaxComp = p.count(FieldMaxCompletionTokens, r.Value(), 0)
 	case FieldN:
-		if n, ok := p.count(FieldN, v, vt, 1); ok {
+		if n, ok := p.count(FieldN, r.Value(), 1); ok {
 			out.N = n
 		}
 	case FieldStream:
-		out.Stream = p.boolean(FieldStream, v, vt)
+		out.Stream = p.boolean(FieldStream, r.Value())
 	case FieldStreamOptions:
-		switch vt {
-		case jsonparser.Null:
-		case jsonparser.Object:
-			iv, it, _, err := jsonparser.Get(v, FieldIncludeUsage)
-			if err == nil {
-				out.IncludeUsage = p.boolean(FieldIncludeUsage, iv, it)
+		switch r.Kind() {
+		case jsonx.None, jsonx.Null:
+			r.Skip()
+		case jsonx.Object:
+			r.Object()
+			for r.Member() {
+				if string(r.Key()) == FieldIncludeUsage {
+					out.IncludeUsage = p.boolean(FieldIncludeUsage, r.Value())
+				}
 			}
 		default:
-			p.fail(CodeBadField, FieldStreamOptions, ruleObject, v)
+			p.fail(CodeBadField, FieldStreamOptions, ruleObject, r.Value().Raw)
 		}
-	case FieldPrompt:
-		if p.kind == Completion {
-			p.prompt, p.promptType = v, vt
+	case FieldPrompt, FieldMessages:
+		if string(r.Key()) == FieldPrompt && p.kind != Completion || string(r.Key()) == FieldMessages && p.kind != Chat {
+			r.Skip()
+			return
 		}
-	case FieldMessages:
-		if p.kind == Chat {
-			p.prompt, p.promptType = v, vt
-		}
+		// Validated now, decoded by WriteText from its offset.
+		v := r.Value()
+		p.promptOff, p.promptKind = v.Off, v.Kind
+	default:
+		r.Skip()
 	}
 }
 
 // count parses a non-negative integer field (>= min), null meaning absent.
-func (p *Parser) count(field string, v []byte, vt jsonparser.ValueType, min int64) (int64, bool) {
-	if vt == jsonparser.Null {
+func (p *Parser) count(field string, v jsonx.Value, min int64) (int64, bool) {
+	if v.Kind == jsonx.Null || v.Kind == jsonx.None {
 		return 0, false
 	}
 	rule := ruleCount
 	if min > 0 {
 		rule = ruleN
 	}
-	if vt != jsonparser.Number {
-		p.fail(CodeBadField, field, rule, v)
+	if v.Kind != jsonx.Number {
+		p.fail(CodeBadField, field, rule, v.Raw)
 		return 0, false
 	}
-	n, err := jsonparser.ParseInt(v)
-	if err != nil || n < min {
-		p.fail(CodeBadField, field, rule, v)
+	n, ok := jsonx.ParseInt(v.Raw)
+	if !ok || n < min {
+		p.fail(CodeBadField, field, rule, v.Raw)
 		return 0, false
 	}
 	return n, true
 }
 
-func (p *Parser) boolean(field string, v []byte, vt jsonparser.ValueType) bool {
-	switch vt {
-	case jsonparser.Null:
+func (p *Parser) boolean(field string, v jsonx.Value) bool {
+	switch v.Kind {
+	case jsonx.None, jsonx.Null:
 		return false
-	case jsonparser.Boolean:
-		return v[0] == 't'
+	case jsonx.Bool:
+		return v.Raw[0] == 't'
 	}
-	p.fail(CodeBadField, field, ruleBool, v)
+	p.fail(CodeBadField, field, ruleBool, v.Raw)
 	return false
-}
-
-// partial reports whether string value v is the head of a string the body
-// was cut in. Relies on v aliasing p.doc: the repaired document ends with the
-// synthetic quote and closers, and v's last byte sits right before them.
-func (p *Parser) partial(v []byte) bool {
-	if !p.sc.inValue || p.synth == 0 || len(v) == 0 {
-		return false
-	}
-	return &v[len(v)-1] == &p.doc[len(p.doc)-p.synth-1]
-}
-
-// syntheticTail returns how many trailing bytes of v (which aliases p.doc)
-// were added by repair rather than read from the body.
-func (p *Parser) syntheticTail(v []byte) int {
-	if p.synth == 0 || len(v) == 0 {
-		return 0
-	}
-	last := &v[len(v)-1]
-	for t := 0; t < p.synth; t++ {
-		if last == &p.doc[len(p.doc)-1-t] {
-			return min(p.synth-t, len(v))
-		}
-	}
-	return 0
 }
 
 // WriteText streams the prompt located by the last Parse into w and sets
@@ -383,18 +369,20 @@ func (p *Parser) syntheticTail(v []byte) int {
 //	                                without the data.
 //
 // JSON escapes are decoded (\uXXXX surrogate pairs to UTF-8, lone
-// surrogates to U+FFFD as jsonparser does); invalid UTF-8 passes through.
+// surrogates to U+FFFD as encoding/json does); invalid UTF-8 passes through.
 // Errors: ErrBadField for a prompt of the wrong shape (what was written
 // before stays written), or the writer's own error. Calling WriteText before
 // a successful (or field-error) Parse writes nothing.
 func (p *Parser) WriteText(w io.Writer, out *Request) error {
 	p.w, p.n, p.tokens, p.werr, p.first = w, 0, 0, nil, nil
-	if p.parsed && p.prompt != nil {
+	p.sink.p = p
+	if p.parsed && p.promptKind != jsonx.None {
+		r := p.at(&p.rd, p.promptOff)
 		switch p.kind {
 		case Completion:
-			p.writePrompt()
+			p.writePrompt(r)
 		case Chat:
-			p.writeMessages()
+			p.writeMessages(r)
 		}
 	}
 	out.PromptChars, out.PromptTokensExact = p.n, p.tokens
@@ -406,6 +394,17 @@ func (p *Parser) WriteText(w io.Writer, out *Request) error {
 		return p.first
 	}
 	return nil
+}
+
+// at points r at the value starting at off in the body, in the mode Parse
+// used, so a cut value reads exactly as it did then.
+func (p *Parser) at(r *jsonx.Reader, off int) *jsonx.Reader {
+	if p.prefix {
+		r.ResetPrefixAt(p.doc, off)
+	} else {
+		r.ResetAt(p.doc, off)
+	}
+	return r
 }
 
 func (p *Parser) ok() bool { return p.werr == nil && p.first == nil }
@@ -430,251 +429,242 @@ func (p *Parser) emitByte(c byte) {
 	p.emit(p.one[:])
 }
 
-// emitString decodes raw JSON string content in bounded chunks.
-func (p *Parser) emitString(raw []byte) {
-	for len(raw) > 0 && p.werr == nil {
-		k := len(raw)
-		if k > unescapeChunk {
-			k = escapeCut(raw, unescapeChunk)
-		}
-		dec, err := jsonparser.Unescape(raw[:k], p.scratch[:])
-		if err != nil { // unreachable after scan; stay total anyway
-			dec = raw[:k]
-		}
-		p.emit(dec)
-		raw = raw[k:]
-	}
+// emitString decodes the string value due next in r.
+func (p *Parser) emitString(r *jsonx.Reader) {
+	r.WriteString(&p.sink, p.scratch[:])
 }
 
-// escapeCut returns the largest n <= lim that does not split an escape
-// sequence or a \uD8xx\uDCxx surrogate pair of raw.
-func escapeCut(raw []byte, lim int) int {
-	i := 0
-	for {
-		j := bytes.IndexByte(raw[i:lim], '\\')
-		if j < 0 {
-			return lim
-		}
-		k := i + j
-		l := 2
-		if k+1 < len(raw) && raw[k+1] == 'u' {
-			l = 6
-			if k+12 <= len(raw) && raw[k+6] == '\\' && raw[k+7] == 'u' {
-				hi, lo := hex4(raw[k+2:k+6]), hex4(raw[k+8:k+12])
-				if hi >= 0xD800 && hi <= 0xDBFF && lo >= 0xDC00 && lo <= 0xDFFF {
-					l = 12
+func (p *Parser) writePrompt(r *jsonx.Reader) {
+	switch r.Kind() {
+	case jsonx.Null:
+	case jsonx.String:
+		p.emitString(r)
+	case jsonx.Array:
+		r.Array()
+		elem := jsonx.None
+		for i := 0; r.Elem() && p.ok(); i++ {
+			vk := r.Kind()
+			if vk == jsonx.None {
+				break // cut
+			}
+			if i == 0 {
+				elem = vk
+			} else if vk != elem {
+				p.fail(CodeBadField, FieldPrompt, rulePrompt, r.Value().Raw)
+				return
+			}
+			switch vk {
+			case jsonx.String:
+				if i > 0 {
+					p.emitByte(SepMessage)
 				}
+				p.emitString(r)
+			case jsonx.Number:
+				p.emitToken(r.Value())
+			case jsonx.Array:
+				if i > 0 {
+					p.emit(tokenSep[:])
+				}
+				r.Array()
+				for r.Elem() && p.ok() {
+					t := r.Value()
+					switch t.Kind {
+					case jsonx.None:
+					case jsonx.Number:
+						p.emitToken(t)
+					default:
+						p.fail(CodeBadField, FieldPrompt, rulePrompt, t.Raw)
+					}
+				}
+			default:
+				p.fail(CodeBadField, FieldPrompt, rulePrompt, r.Value().Raw)
 			}
 		}
-		if k+l > lim {
-			if k == 0 { // cannot happen with lim >= 12; never return 0
-				return min(l, len(raw))
-			}
-			return k
-		}
-		i = k + l
-	}
-}
-
-func (p *Parser) writePrompt() {
-	switch p.promptType {
-	case jsonparser.Null:
-	case jsonparser.String:
-		p.emitString(p.prompt)
-	case jsonparser.Array:
-		p.nth, p.elem = 0, jsonparser.NotExist
-		jsonparser.ArrayEachErr(p.prompt, func(v []byte, vt jsonparser.ValueType, _ int, _ error) error {
-			p.promptElem(v, vt)
-			if !p.ok() {
-				return io.EOF
-			}
-			return nil
-		})
 	default:
-		p.fail(CodeBadField, FieldPrompt, rulePrompt, p.prompt)
+		p.fail(CodeBadField, FieldPrompt, rulePrompt, r.Value().Raw)
 	}
 }
 
 var tokenSep = [4]byte{0xff, 0xff, 0xff, 0xff}
 
-func (p *Parser) promptElem(v []byte, vt jsonparser.ValueType) {
-	if p.nth == 0 {
-		p.elem = vt
-	} else if vt != p.elem {
-		p.fail(CodeBadField, FieldPrompt, rulePrompt, v)
+func (p *Parser) emitToken(v jsonx.Value) {
+	if v.Kind == jsonx.None {
+		return // cut: the number may continue
+	}
+	id, ok := jsonx.ParseInt(v.Raw)
+	if !ok || id < 0 || id > 0xffffffff {
+		p.fail(CodeBadField, FieldPrompt, ruleTokenID, v.Raw)
 		return
 	}
-	i := p.nth
-	p.nth++
-	switch vt {
-	case jsonparser.String:
-		if i > 0 {
-			p.emitByte(SepMessage)
-		}
-		p.emitString(v)
-	case jsonparser.Number:
-		p.emitToken(v)
-	case jsonparser.Array:
-		if i > 0 {
-			p.emit(tokenSep[:])
-		}
-		jsonparser.ArrayEachErr(v, func(t []byte, tt jsonparser.ValueType, _ int, _ error) error {
-			if tt != jsonparser.Number {
-				p.fail(CodeBadField, FieldPrompt, rulePrompt, t)
-			} else {
-				p.emitToken(t)
-			}
-			if !p.ok() {
-				return io.EOF
-			}
-			return nil
-		})
-	default:
-		p.fail(CodeBadField, FieldPrompt, rulePrompt, v)
-	}
-}
-
-func (p *Parser) emitToken(v []byte) {
-	id, err := jsonparser.ParseInt(v)
-	if err != nil || id < 0 || id > 0xffffffff {
-		p.fail(CodeBadField, FieldPrompt, ruleTokenID, v)
-		return
-	}
-	binary.LittleEndian.PutUint32(p.scratch[:4], uint32(id))
+	// Little-endian by hand: encoding/binary is kept out of the module.
+	p.scratch[0], p.scratch[1], p.scratch[2], p.scratch[3] = byte(id), byte(id>>8), byte(id>>16), byte(id>>24)
 	p.emit(p.scratch[:4])
 	p.tokens++
 }
 
-func (p *Parser) writeMessages() {
-	if p.promptType == jsonparser.Null {
+func (p *Parser) writeMessages(r *jsonx.Reader) {
+	switch r.Kind() {
+	case jsonx.Null:
+		return
+	case jsonx.Array:
+	default:
+		p.fail(CodeBadField, FieldMessages, ruleMessages, r.Value().Raw)
 		return
 	}
-	if p.promptType != jsonparser.Array {
-		p.fail(CodeBadField, FieldMessages, ruleMessages, p.prompt)
-		return
+	r.Array()
+	for r.Elem() && p.ok() {
+		switch r.Kind() {
+		case jsonx.None: // cut
+		case jsonx.Object:
+			p.message(r)
+		default:
+			p.fail(CodeBadField, FieldMessages, ruleMessages, r.Value().Raw)
+		}
 	}
-	jsonparser.ArrayEachErr(p.prompt, func(v []byte, vt jsonparser.ValueType, _ int, _ error) error {
-		if vt != jsonparser.Object {
-			p.fail(CodeBadField, FieldMessages, ruleMessages, v)
-		} else {
-			p.message(v)
-		}
-		if !p.ok() {
-			return io.EOF
-		}
-		return nil
-	})
 }
 
-func (p *Parser) message(v []byte) {
-	p.role, p.roleOK, p.content, p.contentType, p.toolCalls, p.toolCallsType = nil, false, nil, jsonparser.NotExist, nil, jsonparser.NotExist
-	jsonparser.ObjectEach(v, func(key, fv []byte, ft jsonparser.ValueType, _ int) error {
-		switch string(key) {
+// message writes one chat message: role SepRole content [SepToolCalls
+// tool_calls] SepMessage. Members come in any order; the role is written
+// first, so content is streamed straight from the reader when the role has
+// already been read (every SDK sends it first) and re-read from its offset
+// otherwise.
+func (p *Parser) message(r *jsonx.Reader) {
+	var role, content, toolCalls jsonx.Value
+	roleOK, headDone := false, false
+	r.Object()
+	for r.Member() {
+		switch string(r.Key()) {
 		case FieldRole:
-			switch ft {
-			case jsonparser.String:
-				p.role, p.roleOK = fv, true
-			case jsonparser.Null:
-				p.role, p.roleOK = nil, false
+			v := r.Value()
+			switch v.Kind {
+			case jsonx.String:
+				role, roleOK = v, true
+			case jsonx.Null:
+				role, roleOK = jsonx.Value{}, false
+			case jsonx.None:
 			default:
-				p.fail(CodeBadField, FieldRole, ruleString, fv)
+				p.fail(CodeBadField, FieldRole, ruleString, v.Raw)
 			}
 		case FieldContent:
-			p.content, p.contentType = fv, ft
+			if roleOK && !role.Partial && !headDone && p.ok() && r.Kind() == jsonx.String {
+				p.head(role)
+				headDone = true
+				p.emitString(r)
+				content = jsonx.Value{}
+				continue
+			}
+			content = r.Value()
 		case FieldToolCalls:
-			p.toolCalls, p.toolCallsType = fv, ft
+			toolCalls = r.Value()
+		default:
+			r.Skip()
 		}
-		return nil
-	})
+	}
 	if !p.ok() {
 		return
 	}
-	if p.roleOK && p.partial(p.role) || !p.roleOK && p.syntheticTail(v) > 0 {
-		// Cut inside the role, or before a role that may still follow:
-		// nothing of this message is a reliable prefix.
-		return
+	cut := r.Truncated()
+	if !headDone {
+		if roleOK && role.Partial || !roleOK && cut {
+			// Cut inside the role, or before a role that may still follow:
+			// nothing of this message is a reliable prefix.
+			return
+		}
+		p.head(role)
 	}
-	// Copy what the nested walks below overwrite.
-	content, contentType, toolCalls, toolCallsType := p.content, p.contentType, p.toolCalls, p.toolCallsType
-	p.emitString(p.role)
-	p.emitByte(SepRole)
-	switch contentType {
-	case jsonparser.NotExist, jsonparser.Null:
-	case jsonparser.String:
-		p.emitString(content)
-	case jsonparser.Array:
-		p.nth = 0
-		jsonparser.ArrayEachErr(content, func(pv []byte, pt jsonparser.ValueType, _ int, _ error) error {
-			if pt != jsonparser.Object {
-				p.fail(CodeBadField, FieldContent, rulePart, pv)
-			} else {
-				p.part(pv)
-			}
-			if !p.ok() {
-				return io.EOF
-			}
-			return nil
-		})
+	switch content.Kind {
+	case jsonx.None, jsonx.Null:
+	case jsonx.String:
+		p.emitString(p.at(&p.sub, content.Off))
+	case jsonx.Array:
+		p.parts(p.at(&p.sub, content.Off))
 	default:
-		p.fail(CodeBadField, FieldContent, ruleContent, content)
+		p.fail(CodeBadField, FieldContent, ruleContent, content.Raw)
 		return
 	}
-	if toolCallsType == jsonparser.Array || toolCallsType == jsonparser.Object {
+	if toolCalls.Kind == jsonx.Array || toolCalls.Kind == jsonx.Object {
 		p.emitByte(SepToolCalls)
-		p.emit(toolCalls[:len(toolCalls)-p.syntheticTail(toolCalls)])
+		p.emit(toolCalls.Raw) // a cut value is its reliable head
 	}
-	if p.syntheticTail(v) == 0 {
+	if !cut {
 		p.emitByte(SepMessage)
 	}
 }
 
-func (p *Parser) part(v []byte) {
-	p.partType, p.partTypeOK, p.partText, p.partTextType = nil, false, nil, jsonparser.NotExist
-	p.refusal, p.refusalType = nil, jsonparser.NotExist
-	jsonparser.ObjectEach(v, func(key, fv []byte, ft jsonparser.ValueType, _ int) error {
-		switch string(key) {
+// head writes a message's role and SepRole.
+func (p *Parser) head(role jsonx.Value) {
+	if role.Kind == jsonx.String {
+		p.emitString(p.at(&p.sub, role.Off))
+	}
+	p.emitByte(SepRole)
+}
+
+// parts writes an array of content parts, joined with SepPart.
+func (p *Parser) parts(r *jsonx.Reader) {
+	r.Array()
+	nth := 0
+	for r.Elem() && p.ok() {
+		switch r.Kind() {
+		case jsonx.None:
+		case jsonx.Object:
+			p.part(r, &nth)
+		default:
+			p.fail(CodeBadField, FieldContent, rulePart, r.Value().Raw)
+		}
+	}
+}
+
+func (p *Parser) part(r *jsonx.Reader, nth *int) {
+	start := r.Offset()
+	var typ, text, refusal jsonx.Value
+	r.Object()
+	for r.Member() {
+		switch string(r.Key()) {
 		case FieldType:
-			if ft == jsonparser.String {
-				p.partType, p.partTypeOK = fv, true
+			if v := r.Value(); v.Kind == jsonx.String {
+				typ = v
 			}
 		case FieldText:
-			p.partText, p.partTextType = fv, ft
+			text = r.Value()
 		case FieldRefusal:
-			p.refusal, p.refusalType = fv, ft
+			refusal = r.Value()
+		default:
+			r.Skip()
 		}
-		return nil
-	})
-	if p.partTypeOK && p.partial(p.partType) {
+	}
+	if typ.Partial {
 		return
 	}
-	switch string(p.partType) {
+	switch string(typ.Raw) { // raw: an escaped spelling is not a text type
 	case FieldRefusal:
-		p.partText, p.partTextType = p.refusal, p.refusalType
+		text = refusal
 		fallthrough
 	case FieldText, "input_text", "output_text":
-		if p.partTextType != jsonparser.String {
-			if p.partTextType == jsonparser.NotExist || p.partTextType == jsonparser.Null {
+		if text.Kind != jsonx.String {
+			if text.Kind == jsonx.None || text.Kind == jsonx.Null {
 				return // vLLM skips text parts without text
 			}
-			p.fail(CodeBadField, FieldText, ruleString, p.partText)
+			p.fail(CodeBadField, FieldText, ruleString, text.Raw)
 			return
 		}
-		if p.nth > 0 {
+		if *nth > 0 {
 			p.emitByte(SepPart)
 		}
-		p.nth++
-		p.emitString(p.partText)
+		*nth++
+		p.emitString(p.at(&p.sub2, text.Off))
 	default:
-		if p.syntheticTail(v) > 0 {
+		if r.Truncated() {
 			return // a cut-off media part would hash to a value the full body never gives
 		}
-		if p.nth > 0 {
+		if *nth > 0 {
 			p.emitByte(SepPart)
 		}
-		p.nth++
+		*nth++
 		p.emitByte(SepMedia)
-		p.emitString(p.partType)
-		h := fnv64(v)
+		if typ.Kind == jsonx.String {
+			p.emitString(p.at(&p.sub2, typ.Off))
+		}
+		h := fnv64(p.doc[start:r.Offset()])
 		p.hexbuf[0] = ':'
 		for i := 0; i < 16; i++ {
 			p.hexbuf[1+i] = "0123456789abcdef"[(h>>(60-4*uint(i)))&0xf]

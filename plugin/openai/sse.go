@@ -3,7 +3,7 @@ package openai
 import (
 	"bytes"
 
-	"github.com/buger/jsonparser"
+	"github.com/gpuroute/gpuroute/plugin/jsonx"
 )
 
 // MaxLineBytes bounds one server-sent-event line. Longer lines (e.g. events
@@ -68,7 +68,7 @@ type StreamCounter struct {
 	carryLen int
 	skipping bool // inside an oversized line, until '\n'
 
-	deltaHit bool // scratch for the current choice
+	rd jsonx.Reader // reads one data line
 }
 
 // Reset prepares c for a new response.
@@ -158,69 +158,76 @@ func (c *StreamCounter) line(l []byte) {
 		return
 	}
 	c.Events++
-	jsonparser.ObjectEach(l, func(key, v []byte, vt jsonparser.ValueType, _ int) error {
-		switch string(key) {
+	// Each event is read as far as it is valid JSON: what was counted before
+	// a syntax error stays counted, as the servers never send broken events.
+	r := &c.rd
+	r.Reset(l)
+	if !r.Object() {
+		return
+	}
+	for r.Member() {
+		switch string(r.Key()) {
 		case FieldChoices:
-			if vt == jsonparser.Array {
-				jsonparser.ArrayEach(v, func(ch []byte, ct jsonparser.ValueType, _ int, _ error) {
-					if ct == jsonparser.Object {
-						c.choice(ch)
+			if r.Kind() == jsonx.Array {
+				r.Array()
+				for r.Elem() {
+					if r.Kind() == jsonx.Object {
+						c.choice(r)
 					}
-				})
+				}
 			}
 		case FieldUsage:
-			if vt == jsonparser.Object {
-				c.usage(v)
+			if r.Kind() == jsonx.Object {
+				if u, ok := usageObject(r); ok {
+					c.HasUsage = true
+					c.UsageCompletionTokens = max(c.UsageCompletionTokens, u.CompletionTokens)
+					c.UsagePromptTokens = max(c.UsagePromptTokens, u.PromptTokens)
+				}
 			}
 		}
-		return nil
-	})
+	}
 }
 
-func (c *StreamCounter) choice(ch []byte) {
-	c.deltaHit = false
-	jsonparser.ObjectEach(ch, func(key, v []byte, vt jsonparser.ValueType, _ int) error {
-		switch string(key) {
+// choice reads one element of "choices" and counts it when it carried
+// generated text.
+func (c *StreamCounter) choice(r *jsonx.Reader) {
+	hit := false
+	r.Object()
+	for r.Member() {
+		switch string(r.Key()) {
 		case FieldDelta:
-			if vt == jsonparser.Object {
-				jsonparser.ObjectEach(v, func(dk, dv []byte, dt jsonparser.ValueType, _ int) error {
-					switch string(dk) {
-					case FieldContent, FieldReasoning, FieldReasoning2:
-						if dt == jsonparser.String && len(dv) > 0 {
-							c.deltaHit = true
-						}
-					case FieldToolCalls:
-						if dt == jsonparser.Array && len(bytes.TrimSpace(dv)) > 2 {
-							c.deltaHit = true
+			if r.Kind() != jsonx.Object {
+				continue
+			}
+			r.Object()
+			for r.Member() {
+				switch string(r.Key()) {
+				case FieldContent, FieldReasoning, FieldReasoning2:
+					if v := r.Value(); v.Kind == jsonx.String && len(v.Raw) > 0 {
+						hit = true
+					}
+				case FieldToolCalls:
+					if r.Kind() == jsonx.Array {
+						r.Array()
+						if r.Elem() { // any element: a tool-call delta
+							hit = true
 						}
 					}
-					return nil
-				})
+				}
 			}
 		case FieldText:
-			if vt == jsonparser.String && len(v) > 0 {
-				c.deltaHit = true
+			if v := r.Value(); v.Kind == jsonx.String && len(v.Raw) > 0 {
+				hit = true
 			}
 		case FieldFinish:
-			if vt != jsonparser.Null {
+			if k := r.Value().Kind; k != jsonx.Null && k != jsonx.None {
 				c.Finished = true
 			}
 		}
-		return nil
-	})
-	if c.deltaHit {
+	}
+	if hit {
 		c.ContentDeltas++
 	}
-}
-
-func (c *StreamCounter) usage(v []byte) {
-	u, ok := parseUsageObject(v)
-	if !ok {
-		return
-	}
-	c.HasUsage = true
-	c.UsageCompletionTokens = max(c.UsageCompletionTokens, u.CompletionTokens)
-	c.UsagePromptTokens = max(c.UsagePromptTokens, u.PromptTokens)
 }
 
 // Usage is the token accounting of a response.
@@ -233,29 +240,46 @@ type Usage struct {
 // false when the body has no usage object with a non-negative integer
 // "completion_tokens" (a missing or bad "prompt_tokens" reads as 0).
 func ParseUsage(body []byte) (u Usage, ok bool) {
-	v, vt, _, err := jsonparser.Get(body, FieldUsage)
-	if err != nil || vt != jsonparser.Object {
+	var r jsonx.Reader
+	r.Reset(body)
+	if !r.Object() {
 		return Usage{}, false
 	}
-	return parseUsageObject(v)
+	for r.Member() {
+		if string(r.Key()) != FieldUsage {
+			continue
+		}
+		// The first "usage" decides; the rest of the body is not read.
+		if r.Kind() != jsonx.Object {
+			return Usage{}, false
+		}
+		return usageObject(&r)
+	}
+	return Usage{}, false
 }
 
-func parseUsageObject(v []byte) (u Usage, ok bool) {
-	jsonparser.ObjectEach(v, func(key, fv []byte, ft jsonparser.ValueType, _ int) error {
-		if ft != jsonparser.Number {
-			return nil
+// usageObject reads the usage object due next in r. A member that is not a
+// non-negative integer is ignored; a syntax error inside voids the object.
+func usageObject(r *jsonx.Reader) (u Usage, ok bool) {
+	r.Object()
+	for r.Member() {
+		v := r.Value()
+		if v.Kind != jsonx.Number {
+			continue
 		}
-		n, err := jsonparser.ParseInt(fv)
-		if err != nil || n < 0 {
-			return nil
+		n, good := jsonx.ParseInt(v.Raw)
+		if !good || n < 0 {
+			continue
 		}
-		switch string(key) {
+		switch string(r.Key()) {
 		case FieldCompleteTok:
 			u.CompletionTokens, ok = n, true
 		case FieldPromptTok:
 			u.PromptTokens = n
 		}
-		return nil
-	})
+	}
+	if r.Err() != nil {
+		return Usage{}, false
+	}
 	return u, ok
 }

@@ -1,0 +1,206 @@
+package jsonx
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/buger/jsonparser"
+)
+
+// tree builds the value due next in r the way encoding/json decodes into an
+// interface{} with UseNumber: objects to maps (last duplicate wins), strings
+// with each invalid UTF-8 byte replaced by U+FFFD (encoding/json's rule;
+// jsonx itself passes such bytes through).
+func tree(r *Reader) any {
+	switch r.Kind() {
+	case Object:
+		m := map[string]any{}
+		r.Object()
+		for r.Member() {
+			k := jsonValid(AppendUnescape(nil, r.Key()))
+			m[k] = tree(r)
+		}
+		return m
+	case Array:
+		a := []any{}
+		r.Array()
+		for r.Elem() {
+			a = append(a, tree(r))
+		}
+		return a
+	}
+	v := r.Value()
+	switch v.Kind {
+	case String:
+		return jsonValid(AppendUnescape(nil, v.Raw))
+	case Number:
+		return json.Number(v.Raw)
+	case Bool:
+		return v.Raw[0] == 't'
+	}
+	return nil
+}
+
+func jsonValid(b []byte) string {
+	var s strings.Builder
+	for len(b) > 0 {
+		r, n := utf8.DecodeRune(b)
+		if r == utf8.RuneError && n == 1 {
+			s.WriteRune(utf8.RuneError)
+		} else {
+			s.Write(b[:n])
+		}
+		b = b[n:]
+	}
+	return s.String()
+}
+
+// FuzzReader holds the Reader to encoding/json (validity, decoded values,
+// integers) and to github.com/buger/jsonparser (top-level members: keys,
+// kinds, raw values, decoded strings), and checks prefix mode on cuts of
+// every valid input: no error, and events that are a prefix of the full
+// document's. Both oracles are test-only; neither is linked into the module.
+func FuzzReader(f *testing.F) {
+	seeds := []string{
+		`{"replicas":[{"name":"vllm-0","address":"10.0.0.1:8000"}],"tick_ms":1000}`,
+		`"\ud83d\ude00\u0000"`, `[1e5,-0.0,{"":null}]`, `{"a":"\ud800"}`,
+		`{"model":"m","messages":[{"role":"user","content":"a\nb\u00e9"}],"max_tokens":-12}`,
+		`{"a\u0062":[true,false,null,"x\/"], "n": 12345678901234567890}`,
+		"{\"k\":\"\xff\"}", `[[[[]]]]`, ` 0 `,
+	}
+	for _, s := range seeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if bytes.Count(data, []byte("["))+bytes.Count(data, []byte("{")) > MaxDepth {
+			return // encoding/json has no nesting bound this low
+		}
+		got, want := Valid(data), json.Valid(data)
+		if got != want {
+			var r Reader
+			r.Reset(data)
+			t.Fatalf("Valid(%q) = %v (%v), encoding/json says %v", data, got, r.End(), want)
+		}
+		if !got {
+			return
+		}
+		var r Reader
+		r.Reset(data)
+		mine := tree(&r)
+		if err := r.End(); err != nil {
+			t.Fatalf("walk(%q) error %v", data, err)
+		}
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.UseNumber()
+		var theirs any
+		if err := dec.Decode(&theirs); err != nil {
+			t.Fatalf("encoding/json cannot decode valid %q: %v", data, err)
+		}
+		if !reflect.DeepEqual(mine, theirs) {
+			t.Fatalf("walk(%q) = %#v, encoding/json decodes %#v", data, mine, theirs)
+		}
+		checkInts(t, data)
+		checkJSONParser(t, data)
+		checkPrefixes(t, data)
+	})
+}
+
+// checkInts compares ParseInt with encoding/json's int64 decoding for a
+// top-level number.
+func checkInts(t *testing.T, data []byte) {
+	var r Reader
+	r.Reset(data)
+	v := r.Value()
+	if v.Kind != Number {
+		return
+	}
+	n, ok := ParseInt(v.Raw)
+	var want int64
+	err := json.Unmarshal(data, &want)
+	integral := !bytes.ContainsAny(v.Raw, ".eE")
+	if ok != (err == nil && integral) || ok && n != want {
+		t.Fatalf("ParseInt(%q) = %d, %v; encoding/json: %d, %v", v.Raw, n, ok, want, err)
+	}
+}
+
+var kindOfParser = map[jsonparser.ValueType]Kind{
+	jsonparser.Object: Object, jsonparser.Array: Array, jsonparser.String: String,
+	jsonparser.Number: Number, jsonparser.Boolean: Bool, jsonparser.Null: Null,
+}
+
+func checkJSONParser(t *testing.T, data []byte) {
+	var r Reader
+	r.Reset(data)
+	if r.Kind() != Object {
+		return
+	}
+	type member struct {
+		key  string
+		kind Kind
+		raw  string
+	}
+	var mine, theirs []member
+	r.Object()
+	for r.Member() {
+		k := string(AppendUnescape(nil, r.Key()))
+		v := r.Value()
+		mine = append(mine, member{k, v.Kind, string(v.Raw)})
+		if v.Kind == String && utf8.Valid(v.Raw) {
+			if s, err := jsonparser.ParseString(v.Raw); err == nil && s != string(AppendUnescape(nil, v.Raw)) &&
+				!strings.Contains(s, "\ufffd") { // jsonparser's lone-surrogate handling differs in corners
+				t.Fatalf("AppendUnescape(%q) = %q, jsonparser.ParseString %q", v.Raw, AppendUnescape(nil, v.Raw), s)
+			}
+		}
+	}
+	err := jsonparser.ObjectEach(data, func(key, value []byte, vt jsonparser.ValueType, _ int) error {
+		theirs = append(theirs, member{string(key), kindOfParser[vt], string(value)})
+		return nil
+	})
+	if err != nil {
+		return // jsonparser rejects some valid documents (e.g. keys with odd escapes); nothing to compare
+	}
+	if len(mine) != len(theirs) {
+		t.Fatalf("members(%q) = %d, jsonparser.ObjectEach %d", data, len(mine), len(theirs))
+	}
+	for i := range mine {
+		m, o := mine[i], theirs[i]
+		if m.kind != o.kind || m.raw != o.raw || m.key != o.key && utf8.ValidString(m.key) && !strings.Contains(o.key, "\ufffd") {
+			t.Fatalf("member %d of %q = %+v, jsonparser.ObjectEach %+v", i, data, m, o)
+		}
+	}
+}
+
+// checkPrefixes reads cuts of a valid document in prefix mode.
+func checkPrefixes(t *testing.T, data []byte) {
+	var r Reader
+	r.Reset(data)
+	full := events(&r, nil)
+	step := 1
+	if len(data) > 256 {
+		step = len(data) / 64
+	}
+	for n := 0; n <= len(data); n += step {
+		r.ResetPrefix(data[:n])
+		got := events(&r, nil)
+		if err := r.End(); err != nil {
+			t.Fatalf("prefix %q of valid %q: error %v", data[:n], data, err)
+		}
+		if len(got) > len(full) {
+			t.Fatalf("prefix %q gives %q, more than the full %q", data[:n], got, full)
+		}
+		for i, e := range got {
+			if e == full[i] {
+				continue
+			}
+			// Only the last event may differ: the head of a cut string.
+			head, cut := strings.CutSuffix(e, "…")
+			if i != len(got)-1 || !cut || !strings.HasPrefix(full[i], head) {
+				t.Fatalf("prefix %q event %d = %q, full document has %q", data[:n], i, e, full[i])
+			}
+		}
+	}
+}

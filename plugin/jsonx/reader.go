@@ -1,0 +1,708 @@
+package jsonx
+
+import "strconv"
+
+// MaxDepth is the deepest nesting of arrays and objects a document may have.
+// The Reader keeps one bit per level in a uint64, so nesting costs no stack;
+// the bound stops a hostile body from making the plugin do unbounded work per
+// byte, and is far beyond the 4 levels an OpenAI request uses.
+const MaxDepth = 64
+
+// maxKeyBytes is the Reader's buffer for decoded keys that contain escapes.
+const maxKeyBytes = 128
+
+// Kind is the type of a JSON value.
+type Kind uint8
+
+// Kinds. None means there is no value: the input ended (prefix mode), the
+// Reader failed, or the call was made where no value is due.
+const (
+	None Kind = iota
+	Object
+	Array
+	String
+	Number
+	Bool
+	Null
+)
+
+// String returns the JSON name of the kind ("object", "boolean", ...).
+func (k Kind) String() string {
+	switch k {
+	case Object:
+		return "object"
+	case Array:
+		return "array"
+	case String:
+		return "string"
+	case Number:
+		return "number"
+	case Bool:
+		return "boolean"
+	case Null:
+		return "null"
+	}
+	return "none"
+}
+
+// kindOf classifies a value by its first byte.
+var kindOf = [256]Kind{
+	'{': Object, '[': Array, '"': String, 't': Bool, 'f': Bool, 'n': Null, '-': Number,
+	'0': Number, '1': Number, '2': Number, '3': Number, '4': Number,
+	'5': Number, '6': Number, '7': Number, '8': Number, '9': Number,
+}
+
+// Value is one JSON value located in the input. Raw aliases the input.
+type Value struct {
+	Kind Kind
+	// Raw is the value's JSON text; for a String, the contents between the
+	// quotes with escapes intact (decode with AppendUnescape).
+	Raw []byte
+	// Off is the offset of the value's first byte (a string's opening quote)
+	// in the input given to Reset.
+	Off int
+	// Escaped reports that a String's Raw may contain escapes; when false,
+	// Raw is already the decoded text.
+	Escaped bool
+	// Partial reports, in prefix mode, that the input ends inside this
+	// value and Raw is its reliable head: a string up to its last whole
+	// character, a container up to its last complete element.
+	Partial bool
+}
+
+// Code classifies an Error.
+type Code uint8
+
+// Error codes.
+const (
+	BadSyntax     Code = iota + 1 // not JSON
+	TooDeep                       // nesting deeper than MaxDepth
+	UnexpectedEnd                 // the input ends inside the document (Reset, not ResetPrefix)
+	WrongKind                     // Object, Array or WriteString called on a value of another kind
+)
+
+// Error is a read failure. The Reader keeps it inline, so failing costs no
+// allocation; it is overwritten by the next Reset.
+type Error struct {
+	Code   Code
+	Offset int    // byte offset in the input where reading failed
+	What   string // what was wrong, e.g. "want ',' or '}'"
+	Byte   byte   // the offending byte for "unexpected character"
+}
+
+// Detail returns what was wrong, with the offending character when there is
+// one; Error adds the package and the offset.
+func (e *Error) Detail() string {
+	if e.What == whatChar {
+		return whatChar + " " + strconv.QuoteRune(rune(e.Byte))
+	}
+	return e.What
+}
+
+// Error formats the failure; it allocates, so call it off the request path.
+func (e *Error) Error() string {
+	return "jsonx: " + e.Detail() + " at offset " + strconv.Itoa(e.Offset)
+}
+
+// Error texts.
+const (
+	whatChar      = "unexpected character"
+	whatEnd       = "unexpected end of input"
+	whatKey       = "want a string key"
+	whatColon     = "want ':' after key"
+	whatObjectSep = "want ',' or '}'"
+	whatArraySep  = "want ',' or ']'"
+	whatEscape    = "bad escape"
+	whatUEscape   = `bad \u escape`
+	whatControl   = "control character in string"
+	whatNumber    = "bad number"
+	whatLiteral   = "invalid literal"
+	whatDeep      = "nesting deeper than 64"
+	whatTrailing  = "trailing data after the value"
+	whatObject    = "want an object"
+	whatArray     = "want an array"
+	whatString    = "want a string"
+)
+
+// Reader states.
+const (
+	stValue = iota // a value is due (at the top, or after Member/Elem returned true)
+	stFirst        // just inside '{' or '['
+	stNext         // after a member or element: ',' or the closer is due
+	stDone         // the top-level value is complete
+)
+
+// Reader reads one JSON document without allocating. The zero value reads
+// an empty input; call Reset or ResetPrefix first. A Reader is not safe for
+// concurrent use. Once it fails, every call returns false, None or a zero
+// Value, and Err reports the first failure.
+type Reader struct {
+	data    []byte
+	pos     int
+	depth   int
+	objects uint64 // bit 0 is the innermost open container: 1 = object
+	state   uint8
+	prefix  bool
+	cut     bool   // prefix mode: the input ended
+	key     []byte // the current key when it aliases data
+	keyLen  int    // else the length of the decoded key in keyBuf, or -1
+	err     Error
+	keyBuf  [maxKeyBytes]byte
+	small   [16]byte // WriteString scratch when the caller's is too short
+}
+
+// Reset starts reading data, which must be one complete JSON document.
+func (r *Reader) Reset(data []byte) { r.reset(data, false) }
+
+// ResetPrefix starts reading data, which may be a JSON document cut short
+// (see the package doc). A complete document reads exactly as with Reset.
+func (r *Reader) ResetPrefix(data []byte) { r.reset(data, true) }
+
+// ResetAt starts reading the one value at data[off:] (Reset rules); offsets,
+// including Value.Off and error offsets, stay relative to data. It re-reads
+// a value located by an earlier pass, such as a prompt found while
+// validating a whole body.
+func (r *Reader) ResetAt(data []byte, off int) {
+	r.reset(data, false)
+	r.pos = min(max(off, 0), len(data))
+}
+
+// ResetPrefixAt is ResetAt in prefix mode.
+func (r *Reader) ResetPrefixAt(data []byte, off int) {
+	r.reset(data, true)
+	r.pos = min(max(off, 0), len(data))
+}
+
+func (r *Reader) reset(data []byte, prefix bool) {
+	r.data, r.pos, r.depth, r.objects, r.state = data, 0, 0, 0, stValue
+	r.prefix, r.cut, r.key, r.keyLen, r.err = prefix, false, nil, -1, Error{}
+}
+
+// Err returns the first failure as an *Error, or nil. In prefix mode the
+// end of the input is not a failure; see Truncated.
+func (r *Reader) Err() error {
+	if r.err.Code != 0 {
+		return &r.err
+	}
+	return nil
+}
+
+// Truncated reports, in prefix mode, that the input ended before the
+// document did.
+func (r *Reader) Truncated() bool { return r.cut }
+
+// Offset returns the read position: after Member, Elem or Kind, the offset
+// of the next value's first byte.
+func (r *Reader) Offset() int { return r.pos }
+
+// Depth returns the number of containers entered with Object or Array and
+// not yet left.
+func (r *Reader) Depth() int { return r.depth }
+
+// Key returns the decoded key of the member Member stepped to. It aliases
+// the input, or the Reader's buffer when the key has escapes. A key with
+// escapes whose raw text is longer than 128 bytes is returned raw: an escape
+// takes at most 6 bytes per decoded byte, so no escaped spelling of a key of
+// up to 21 bytes is that long, and matching against such constants stays
+// exact. Valid until the next Member.
+func (r *Reader) Key() []byte {
+	if r.keyLen >= 0 {
+		return r.keyBuf[:r.keyLen]
+	}
+	return r.key
+}
+
+func (r *Reader) bad() bool { return r.err.Code != 0 || r.cut }
+
+func (r *Reader) fail(code Code, off int, what string) {
+	if r.err.Code == 0 {
+		r.err = Error{Code: code, Offset: off, What: what}
+	}
+}
+
+func (r *Reader) failChar(off int) {
+	if r.err.Code == 0 {
+		if off >= len(r.data) {
+			r.eof()
+			return
+		}
+		r.err = Error{Code: BadSyntax, Offset: off, What: whatChar, Byte: r.data[off]}
+	}
+}
+
+// eof records that the input ended: a cut in prefix mode, else an error.
+func (r *Reader) eof() {
+	if r.prefix {
+		r.cut = true
+		r.pos = len(r.data)
+		return
+	}
+	r.fail(UnexpectedEnd, len(r.data), whatEnd)
+}
+
+func (r *Reader) stringFail(st uint8, off int) {
+	switch st {
+	case sEOF:
+		r.eof()
+	case sEscape:
+		r.fail(BadSyntax, off, whatEscape)
+	case sUEscape:
+		r.fail(BadSyntax, off, whatUEscape)
+	default:
+		r.fail(BadSyntax, off, whatControl)
+	}
+}
+
+// done moves past a value that ended at end.
+func (r *Reader) done(end int) {
+	r.pos = end
+	if r.depth > 0 {
+		r.state = stNext
+	} else {
+		r.state = stDone
+	}
+}
+
+// leave moves past the closer of the innermost container, which ends at end.
+func (r *Reader) leave(end int) {
+	r.depth--
+	r.objects >>= 1
+	r.done(end)
+}
+
+// Kind returns the kind of the value due next without consuming it, or None
+// (no value due, end of input, or a byte no value starts with; the latter
+// fails on the next read).
+func (r *Reader) Kind() Kind {
+	if r.bad() || r.state != stValue {
+		return None
+	}
+	i := skipSpace(r.data, r.pos)
+	r.pos = i
+	if i >= len(r.data) {
+		return None
+	}
+	return kindOf[r.data[i]]
+}
+
+// Object enters the object due next; iterate it with Member. It fails with
+// WrongKind if the value is not an object.
+func (r *Reader) Object() bool { return r.enter('{', 1, whatObject) }
+
+// Array enters the array due next; iterate it with Elem. It fails with
+// WrongKind if the value is not an array.
+func (r *Reader) Array() bool { return r.enter('[', 0, whatArray) }
+
+func (r *Reader) enter(open byte, bit uint64, what string) bool {
+	if r.bad() || r.state != stValue {
+		return false
+	}
+	d := r.data
+	i := skipSpace(d, r.pos)
+	if i >= len(d) {
+		r.eof()
+		return false
+	}
+	if d[i] != open {
+		if kindOf[d[i]] == None {
+			r.failChar(i)
+		} else {
+			r.fail(WrongKind, i, what)
+		}
+		return false
+	}
+	if r.depth >= MaxDepth {
+		r.fail(TooDeep, i, whatDeep)
+		return false
+	}
+	r.depth++
+	r.objects = r.objects<<1 | bit
+	r.pos, r.state = i+1, stFirst
+	return true
+}
+
+// Member steps to the next member of the object entered last, skipping the
+// previous member's value if it was not read. It returns false after the
+// closing '}' (leaving the object), at the end of a prefix, or on failure.
+// In prefix mode a member whose value has not begun is not returned.
+func (r *Reader) Member() bool {
+	if r.state == stValue && r.depth > 0 {
+		r.Skip()
+	}
+	if r.bad() || r.depth == 0 {
+		return false
+	}
+	if r.objects&1 == 0 {
+		r.fail(WrongKind, r.pos, whatObject)
+		return false
+	}
+	d := r.data
+	i := skipSpace(d, r.pos)
+	if i >= len(d) {
+		r.eof()
+		return false
+	}
+	c := d[i]
+	if c == '}' {
+		r.leave(i + 1)
+		return false
+	}
+	if r.state == stNext {
+		if c != ',' {
+			r.fail(BadSyntax, i, whatObjectSep)
+			return false
+		}
+		if i = skipSpace(d, i+1); i >= len(d) {
+			r.eof()
+			return false
+		}
+		c = d[i]
+	}
+	if c != '"' {
+		r.fail(BadSyntax, i, whatKey)
+		return false
+	}
+	end, esc, st := scanString(d, i+1)
+	if st != sOK {
+		r.stringFail(st, end)
+		return false
+	}
+	r.key, r.keyLen = d[i+1:end-1], -1
+	if esc {
+		// Storing a slice of r.keyBuf in r would make every Reader escape
+		// to the heap, so the decoded key is kept as a length.
+		if k, ok := unescapeInto(r.keyBuf[:], r.key); ok {
+			r.keyLen = len(k)
+		}
+	}
+	if i = skipSpace(d, end); i >= len(d) {
+		r.eof()
+		return false
+	}
+	if d[i] != ':' {
+		r.fail(BadSyntax, i, whatColon)
+		return false
+	}
+	if i = skipSpace(d, i+1); i >= len(d) {
+		r.eof()
+		return false
+	}
+	r.pos, r.state = i, stValue
+	return true
+}
+
+// Elem steps to the next element of the array entered last, skipping the
+// previous element if it was not read. It returns false after the closing
+// ']' (leaving the array), at the end of a prefix, or on failure.
+func (r *Reader) Elem() bool {
+	if r.state == stValue && r.depth > 0 {
+		r.Skip()
+	}
+	if r.bad() || r.depth == 0 {
+		return false
+	}
+	if r.objects&1 == 1 {
+		r.fail(WrongKind, r.pos, whatArray)
+		return false
+	}
+	d := r.data
+	i := skipSpace(d, r.pos)
+	if i >= len(d) {
+		r.eof()
+		return false
+	}
+	if r.state == stNext {
+		switch d[i] {
+		case ',':
+			if i = skipSpace(d, i+1); i >= len(d) {
+				r.eof()
+				return false
+			}
+		case ']':
+			r.leave(i + 1)
+			return false
+		default:
+			r.fail(BadSyntax, i, whatArraySep)
+			return false
+		}
+	} else if d[i] == ']' {
+		r.leave(i + 1)
+		return false
+	}
+	r.pos, r.state = i, stValue
+	return true
+}
+
+// Skip validates and passes over the value due next.
+func (r *Reader) Skip() { r.Value() }
+
+// Value consumes the value due next, validating all of it, and returns it.
+// It returns a zero Value (Kind None) when no value is due, on failure, and
+// in prefix mode when the input ends before the value has a reliable head
+// (an empty string head, a number or literal that may continue).
+func (r *Reader) Value() Value {
+	if r.bad() || r.state != stValue {
+		return Value{}
+	}
+	d := r.data
+	i := skipSpace(d, r.pos)
+	if i >= len(d) {
+		r.eof()
+		return Value{}
+	}
+	switch k := kindOf[d[i]]; k {
+	case String:
+		end, esc, st := scanString(d, i+1)
+		if st == sOK {
+			r.done(end)
+			return Value{Kind: String, Raw: d[i+1 : end-1], Off: i, Escaped: esc}
+		}
+		r.stringFail(st, end)
+		if st == sEOF && r.prefix {
+			if n := stringCut(d[i+1:]); n > 0 {
+				return Value{Kind: String, Raw: d[i+1 : i+1+n], Off: i, Escaped: esc, Partial: true}
+			}
+		}
+		return Value{}
+	case Object, Array:
+		end, cut := r.skipNested(i)
+		if end >= 0 {
+			r.done(end)
+			return Value{Kind: k, Raw: d[i:end], Off: i}
+		}
+		if r.cut {
+			return Value{Kind: k, Raw: d[i:cut], Off: i, Partial: true}
+		}
+		return Value{}
+	case Number:
+		end, ok := scanNumber(d, i)
+		if !ok {
+			if end >= len(d) {
+				r.eof()
+			} else {
+				r.fail(BadSyntax, i, whatNumber)
+			}
+			return Value{}
+		}
+		if end >= len(d) && r.prefix {
+			r.eof() // the number may continue
+			return Value{}
+		}
+		r.done(end)
+		return Value{Kind: Number, Raw: d[i:end], Off: i}
+	case Bool, Null:
+		word := "null"
+		switch d[i] {
+		case 't':
+			word = "true"
+		case 'f':
+			word = "false"
+		}
+		end, ok, eof := scanLiteral(d, i, word)
+		if !ok {
+			if eof {
+				r.eof()
+			} else {
+				r.fail(BadSyntax, i, whatLiteral)
+			}
+			return Value{}
+		}
+		if end >= len(d) && r.prefix {
+			r.eof() // dropped like a number, so a cut never changes a value
+			return Value{}
+		}
+		r.done(end)
+		return Value{Kind: k, Raw: d[i:end], Off: i}
+	}
+	r.failChar(i)
+	return Value{}
+}
+
+// skipNested validates the container starting at d[i] ('{' or '['). It
+// returns the offset after it, or -1 on failure; in prefix mode, when the
+// input ends inside, cut is the end of the container's reliable head.
+func (r *Reader) skipNested(i int) (end, cut int) {
+	d := r.data
+	n := len(d)
+	var objs uint64 // bit 0 = innermost level here; 1 = object
+	lvl := 0
+	safe := i // end of the last complete value or opening bracket
+	var st uint8
+open: // d[i] is '{' or '['
+	if r.depth+lvl >= MaxDepth {
+		r.fail(TooDeep, i, whatDeep)
+		return -1, 0
+	}
+	lvl++
+	objs <<= 1
+	if d[i] == '{' {
+		objs |= 1
+	}
+	i++
+	safe = i
+	if i = skipSpace(d, i); i >= n {
+		goto eof
+	}
+	if objs&1 == 1 {
+		if d[i] == '}' {
+			i++
+			goto closed
+		}
+		goto key
+	}
+	if d[i] == ']' {
+		i++
+		goto closed
+	}
+	goto value
+key:
+	if d[i] != '"' {
+		r.fail(BadSyntax, i, whatKey)
+		return -1, 0
+	}
+	if i, _, st = scanString(d, i+1); st != sOK {
+		if st == sEOF {
+			goto eof
+		}
+		r.stringFail(st, i)
+		return -1, 0
+	}
+	if i = skipSpace(d, i); i >= n {
+		goto eof
+	}
+	if d[i] != ':' {
+		r.fail(BadSyntax, i, whatColon)
+		return -1, 0
+	}
+	if i = skipSpace(d, i+1); i >= n {
+		goto eof
+	}
+value:
+	switch d[i] {
+	case '{', '[':
+		goto open
+	case '"':
+		j := i + 1
+		if i, _, st = scanString(d, j); st != sOK {
+			if st == sEOF {
+				if c := stringCut(d[j:]); c > 0 {
+					safe = j + c // a cut string value ends the head mid-string
+				}
+				goto eof
+			}
+			r.stringFail(st, i)
+			return -1, 0
+		}
+	case 't', 'f', 'n':
+		word := "null"
+		switch d[i] {
+		case 't':
+			word = "true"
+		case 'f':
+			word = "false"
+		}
+		j, ok, short := scanLiteral(d, i, word)
+		if !ok {
+			if short {
+				goto eof
+			}
+			r.fail(BadSyntax, i, whatLiteral)
+			return -1, 0
+		}
+		i = j
+	default:
+		if kindOf[d[i]] != Number {
+			r.failChar(i)
+			return -1, 0
+		}
+		j, ok := scanNumber(d, i)
+		if !ok || j >= n {
+			if j >= n {
+				goto eof
+			}
+			r.fail(BadSyntax, i, whatNumber)
+			return -1, 0
+		}
+		i = j
+	}
+	safe = i
+	goto after
+closed: // i is just past a closer
+	lvl--
+	objs >>= 1
+	safe = i
+	if lvl == 0 {
+		return i, 0
+	}
+after:
+	if i = skipSpace(d, i); i >= n {
+		goto eof
+	}
+	if objs&1 == 1 {
+		switch d[i] {
+		case ',':
+			if i = skipSpace(d, i+1); i >= n {
+				goto eof
+			}
+			goto key
+		case '}':
+			i++
+			goto closed
+		}
+		r.fail(BadSyntax, i, whatObjectSep)
+		return -1, 0
+	}
+	switch d[i] {
+	case ',':
+		if i = skipSpace(d, i+1); i >= n {
+			goto eof
+		}
+		goto value
+	case ']':
+		i++
+		goto closed
+	}
+	r.fail(BadSyntax, i, whatArraySep)
+	return -1, 0
+eof:
+	r.eof()
+	return -1, safe
+}
+
+// End finishes the document: it passes over whatever the caller left unread
+// (validating it), checks that only whitespace follows the top-level value,
+// and returns Err. In prefix mode a cut is not an error.
+func (r *Reader) End() error {
+	r.finish()
+	return r.Err()
+}
+
+func (r *Reader) finish() {
+	for !r.bad() && r.state != stDone {
+		switch {
+		case r.depth == 0:
+			r.Skip()
+		case r.objects&1 == 1:
+			for r.Member() {
+			}
+		default:
+			for r.Elem() {
+			}
+		}
+	}
+	if r.bad() {
+		return
+	}
+	if i := skipSpace(r.data, r.pos); i < len(r.data) {
+		r.fail(BadSyntax, i, whatTrailing)
+	}
+}
+
+// Valid reports whether data is one JSON document (with optional
+// surrounding whitespace), by the rules in the package doc.
+func Valid(data []byte) bool {
+	var r Reader
+	r.Reset(data)
+	r.finish()
+	return r.err.Code == 0
+}

@@ -1,0 +1,276 @@
+package jsonx
+
+import "math/bits"
+
+// SWAR constants: lsb*c repeats byte c in every lane of a uint64.
+const (
+	lsb = 0x0101010101010101
+	msb = 0x8080808080808080
+)
+
+// load64 reads d[i:i+8] little-endian. The compiler merges the byte loads
+// into one unaligned load on amd64, arm64 and wasm (ssa memcombine), which
+// is why this is spelled out instead of importing encoding/binary (kept out
+// of the module); indexing d directly avoids re-slicing in the hot loops.
+func load64(d []byte, i int) uint64 {
+	_ = d[i+7]
+	return uint64(d[i]) | uint64(d[i+1])<<8 | uint64(d[i+2])<<16 | uint64(d[i+3])<<24 |
+		uint64(d[i+4])<<32 | uint64(d[i+5])<<40 | uint64(d[i+6])<<48 | uint64(d[i+7])<<56
+}
+
+// special returns a word with the high bit set in each lane of x that holds
+// '"', '\\' or a byte below 0x20; only its lowest set bit is exact (a borrow
+// runs upward into the lanes above a hit). Two tests cover the three cases:
+// x^0x02 maps '"' to 0x20 and keeps control bytes below 0x20, so one
+// "less than 0x21" test finds both (Hacker's Delight §6-1, Mycroft's trick);
+// the other is "x^'\\' has a zero lane". 8 ALU operations per 8 bytes.
+func special(x uint64) uint64 {
+	y := x ^ (lsb * 0x02)
+	s := x ^ (lsb * '\\')
+	return ((y - lsb*0x21) &^ y) | ((s - lsb) &^ s)
+}
+
+// nextSpecial returns the offset of the first '"', '\\' or control byte in
+// d at or after i, or len(d).
+func nextSpecial(d []byte, i int) int {
+	for i+16 <= len(d) {
+		m0 := special(load64(d, i)) & msb
+		m1 := special(load64(d, i+8)) & msb
+		if m0|m1 != 0 {
+			if m0 != 0 {
+				return i + bits.TrailingZeros64(m0)>>3
+			}
+			return i + 8 + bits.TrailingZeros64(m1)>>3
+		}
+		i += 16
+	}
+	if i+8 <= len(d) {
+		if m := special(load64(d, i)) & msb; m != 0 {
+			return i + bits.TrailingZeros64(m)>>3
+		}
+		i += 8
+	}
+	for ; i < len(d); i++ {
+		if c := d[i]; c == '"' || c == '\\' || c < 0x20 {
+			return i
+		}
+	}
+	return len(d)
+}
+
+// isSpace is RFC 8259's insignificant whitespace.
+func isSpace(c byte) bool { return c == ' ' || c == '\n' || c == '\r' || c == '\t' }
+
+func skipSpace(d []byte, i int) int {
+	for i < len(d) && d[i] <= ' ' && isSpace(d[i]) {
+		i++
+	}
+	return i
+}
+
+// String scan outcomes.
+const (
+	sOK      = iota
+	sEOF     // the input ends inside the string
+	sEscape  // bad escape character
+	sUEscape // \u not followed by four hex digits
+	sControl // raw control character
+)
+
+// escapeByte maps the character after a backslash to the byte it stands for,
+// or 0 for 'u' and invalid escapes (RFC 8259 §7).
+var escapeByte = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f', 'n': '\n', 'r': '\r', 't': '\t'}
+
+// scanString validates string contents starting at d[i] (after the opening
+// quote). It returns the offset after the closing quote and whether an escape
+// was seen; on failure the offset of the offending byte (len(d) for sEOF).
+func scanString(d []byte, i int) (end int, escaped bool, st uint8) {
+	// Word loop: the next load never waits for the previous hit's position,
+	// so escape-dense text (a "\n" every few dozen bytes) does not turn into
+	// a chain of dependent loads. p is the first byte not yet consumed by an
+	// escape; hits below it (an escaped '"' or '\\') are ignored.
+	p := i
+	for ; i+8 <= len(d); i += 8 {
+		x := load64(d, i)
+		if special(x)&msb == 0 {
+			continue
+		}
+		m := specialExact(x)
+		if p > i {
+			m &= ^uint64(0) << (8 * uint(p-i))
+		}
+		for m != 0 {
+			k := i + bits.TrailingZeros64(m)>>3
+			switch d[k] {
+			case '"':
+				return k + 1, escaped, sOK
+			case '\\':
+				escaped = true
+				if k+1 >= len(d) {
+					return len(d), escaped, sEOF
+				}
+				if e := d[k+1]; escapeByte[e] != 0 {
+					p = k + 2
+				} else if e != 'u' {
+					return k, escaped, sEscape
+				} else if k+6 > len(d) {
+					if !allHex(d[k+2:]) {
+						return k, escaped, sUEscape
+					}
+					return len(d), escaped, sEOF
+				} else if hex4(d[k+2:k+6]) < 0 {
+					return k, escaped, sUEscape
+				} else {
+					p = k + 6
+				}
+				if p-i >= 8 {
+					m = 0
+				} else {
+					m &= ^uint64(0) << (8 * uint(p-i))
+				}
+			default:
+				return k, escaped, sControl
+			}
+		}
+	}
+	i = max(i, p)
+	for i < len(d) {
+		switch c := d[i]; {
+		case c == '"':
+			return i + 1, escaped, sOK
+		case c == '\\':
+			escaped = true
+			if i+1 >= len(d) {
+				return len(d), escaped, sEOF
+			}
+			e := d[i+1]
+			if escapeByte[e] != 0 {
+				i += 2
+				continue
+			}
+			if e != 'u' {
+				return i, escaped, sEscape
+			}
+			if i+6 > len(d) {
+				if !allHex(d[i+2:]) {
+					return i, escaped, sUEscape
+				}
+				return len(d), escaped, sEOF
+			}
+			if hex4(d[i+2:i+6]) < 0 {
+				return i, escaped, sUEscape
+			}
+			i += 6
+		case c < 0x20:
+			return i, escaped, sControl
+		default:
+			i++
+		}
+	}
+	return len(d), escaped, sEOF
+}
+
+// specialExact is special without false positives: the high bit of each lane
+// holding '"', '\\' or a byte below 0x20. Adding 0x7f or 0x5f to the low 7
+// bits cannot carry across lanes, unlike special's subtraction.
+func specialExact(x uint64) uint64 {
+	const low7 = lsb * 0x7f
+	y := x ^ (lsb * 0x02)                // '"' becomes 0x20, control bytes stay below 0x20
+	lt := ^(((y & low7) + lsb*0x5f) | y) // lanes < 0x21
+	s := x ^ (lsb * '\\')
+	z := ^(((s & low7) + low7) | s) // lanes == 0
+	return (lt | z) & msb
+}
+
+func hexVal(c byte) int {
+	switch {
+	case c >= '0' && c <= '9':
+		return int(c - '0')
+	case c >= 'a' && c <= 'f':
+		return int(c-'a') + 10
+	case c >= 'A' && c <= 'F':
+		return int(c-'A') + 10
+	}
+	return -1
+}
+
+// hex4 decodes four hex digits, or returns -1.
+func hex4(b []byte) rune {
+	_ = b[3]
+	a, c, e, f := hexVal(b[0]), hexVal(b[1]), hexVal(b[2]), hexVal(b[3])
+	if a|c|e|f < 0 {
+		return -1
+	}
+	return rune(a<<12 | c<<8 | e<<4 | f)
+}
+
+func allHex(b []byte) bool {
+	for _, c := range b {
+		if hexVal(c) < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// scanNumber matches -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? at d[i].
+// ok reports a complete number ending at end; !ok with end == len(d) means
+// the input ended where the number could still continue validly.
+func scanNumber(d []byte, i int) (end int, ok bool) {
+	n := len(d)
+	if d[i] == '-' {
+		i++
+	}
+	if i >= n {
+		return n, false
+	}
+	switch c := d[i]; {
+	case c == '0':
+		i++
+	case c >= '1' && c <= '9':
+		i++
+		for i < n && d[i] >= '0' && d[i] <= '9' {
+			i++
+		}
+	default:
+		return i, false
+	}
+	if i < n && d[i] == '.' {
+		i++
+		if i >= n {
+			return n, false
+		}
+		if d[i] < '0' || d[i] > '9' {
+			return i, false
+		}
+		for i < n && d[i] >= '0' && d[i] <= '9' {
+			i++
+		}
+	}
+	if i < n && (d[i] == 'e' || d[i] == 'E') {
+		i++
+		if i < n && (d[i] == '+' || d[i] == '-') {
+			i++
+		}
+		if i >= n {
+			return n, false
+		}
+		if d[i] < '0' || d[i] > '9' {
+			return i, false
+		}
+		for i < n && d[i] >= '0' && d[i] <= '9' {
+			i++
+		}
+	}
+	return i, true
+}
+
+// scanLiteral matches word at d[i]. eof reports a valid head of word cut by
+// the end of the input.
+func scanLiteral(d []byte, i int, word string) (end int, ok, eof bool) {
+	rest := d[i:]
+	if len(rest) >= len(word) {
+		return i + len(word), string(rest[:len(word)]) == word, false
+	}
+	return len(d), false, string(rest) == word[:len(rest)]
+}

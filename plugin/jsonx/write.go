@@ -1,0 +1,133 @@
+package jsonx
+
+import "unicode/utf8"
+
+// Writer is io.Writer, declared here so the package needs no io import.
+type Writer interface {
+	Write(p []byte) (n int, err error)
+}
+
+// minDirect is the shortest literal run WriteString hands to the writer
+// straight from the input rather than through scratch.
+const minDirect = 64
+
+// WriteString consumes the string value due next and writes its decoded
+// text to w in one pass that also validates it. Escapes are decoded into
+// scratch, and short literal runs copied there, so w sees few large writes;
+// a literal run of at least max(64, len(scratch)/8) bytes (at most
+// len(scratch)) is written straight from the input, with no copy. A scratch shorter than 16 bytes is
+// replaced by a 16-byte buffer of the Reader's. In prefix mode a cut string
+// writes its reliable head (as Value would return it) and Truncated turns
+// true. It returns w's first error (the string is still read to its end, so
+// the Reader stays usable); a syntax error is recorded for Err and stops the
+// writing, so call it on validated input if partial output matters.
+func (r *Reader) WriteString(w Writer, scratch []byte) error {
+	if r.bad() || r.state != stValue {
+		return nil
+	}
+	d := r.data
+	i := skipSpace(d, r.pos)
+	if i >= len(d) {
+		r.eof()
+		return nil
+	}
+	if d[i] != '"' {
+		if kindOf[d[i]] == None {
+			r.failChar(i)
+		} else {
+			r.fail(WrongKind, i, whatString)
+		}
+		return nil
+	}
+	if len(scratch) < len(r.small) {
+		scratch = r.small[:]
+	}
+	direct := min(max(minDirect, len(scratch)/8), len(scratch))
+	var werr error
+	n := 0   // decoded bytes waiting in scratch
+	i++      // first content byte
+	run := i // start of the literal run not yet written or copied
+	for {
+		k := nextSpecial(d, i)
+		c := byte('"')
+		if k < len(d) {
+			c = d[k]
+		}
+		if c != '\\' || k+1 >= len(d) {
+			// End of the string, of the input, or an error: flush the run.
+			if k-run >= direct || n+k-run > len(scratch) {
+				if werr == nil && n > 0 {
+					_, werr = w.Write(scratch[:n])
+				}
+				n = 0
+			}
+			if k-run >= direct {
+				if werr == nil {
+					_, werr = w.Write(d[run:k])
+				}
+			} else {
+				n += copy(scratch[n:], d[run:k])
+			}
+			if werr == nil && n > 0 {
+				_, werr = w.Write(scratch[:n])
+			}
+			switch {
+			case k >= len(d) || c == '\\':
+				r.eof() // a cut run is written whole; a cut escape is not
+			case c == '"':
+				r.done(k + 1)
+			default:
+				r.fail(BadSyntax, k, whatControl)
+			}
+			return werr
+		}
+		// An escape at k: decode it after the run.
+		e := d[k+1]
+		b := escapeByte[e]
+		var u rune
+		adv := 2
+		if b == 0 {
+			if e != 'u' {
+				r.fail(BadSyntax, k, whatEscape)
+				return werr
+			}
+			var st uint8
+			if u, adv, st = decodeU(d, k); st != uOK {
+				// Flush what precedes the escape, then fail or cut.
+				if werr == nil && n > 0 {
+					_, werr = w.Write(scratch[:n])
+				}
+				if werr == nil && k > run {
+					_, werr = w.Write(d[run:k])
+				}
+				if st == uEOF || st == uEnd {
+					r.eof()
+				} else {
+					r.fail(BadSyntax, k, whatUEscape)
+				}
+				return werr
+			}
+		}
+		if k-run >= direct || n+k-run+utf8.UTFMax > len(scratch) {
+			if werr == nil && n > 0 {
+				_, werr = w.Write(scratch[:n])
+			}
+			n = 0
+			if k-run >= direct || k-run+utf8.UTFMax > len(scratch) {
+				if werr == nil && k > run {
+					_, werr = w.Write(d[run:k])
+				}
+				run = k
+			}
+		}
+		n += copy(scratch[n:], d[run:k])
+		if b != 0 {
+			scratch[n] = b
+			n++
+		} else {
+			n += utf8.EncodeRune(scratch[n:], u)
+		}
+		i = k + adv
+		run = i
+	}
+}
