@@ -29,6 +29,9 @@ func (d *Decision) AppendExplain(b []byte, replicas []Replica) []byte {
 		b = appendSec(append(b, " a="...), c.AdapterSec)
 		b = appendSec(append(b, " p="...), c.PrefillSec)
 		b = strconv.AppendInt(append(b, " k="...), int64(c.CachedTokens), 10)
+		if c.ExternalSec > 0 {
+			b = appendSec(append(b, " x="...), c.ExternalSec)
+		}
 		if c.Stale {
 			b = append(b, " stale"...)
 		}

@@ -27,6 +27,9 @@ type Ledger struct {
 	outputMean float64
 	// clock orders adapter-memory and estimator entries (logical, not wall time).
 	clock uint32
+	// total is the rate of all dispatches (Pick's externality); each
+	// replica's own rate is shared with the other routers (WorkOn).
+	total Rate
 }
 
 // Flight is a handle to one dispatched request, returned by Dispatch and
@@ -61,6 +64,9 @@ type Work struct {
 	// taken, so its reported counts miss them; UnseenTokens are their
 	// prompt tokens (KV not yet visible in KVUsage).
 	UnseenN, UnseenTokens int64
+	// ArrivalPerSec is the rate of recent dispatches to the replica
+	// (Params.RateWindow); it prices the externality (Candidate.ExternalSec).
+	ArrivalPerSec float64
 }
 
 // Add adds o to w.
@@ -71,12 +77,14 @@ func (w *Work) Add(o *Work) {
 	w.DecodeTokens += o.DecodeTokens
 	w.UnseenN += o.UnseenN
 	w.UnseenTokens += o.UnseenTokens
+	w.ArrivalPerSec += o.ArrivalPerSec
 }
 
 // repAcc aggregates the ledger's in-flight work per replica.
 type repAcc struct {
 	Work
 	syncedSnap int64 // the ScrapedNanos Unseen* refer to
+	rate       Rate  // dispatches per second
 }
 
 type adapterMem struct {
@@ -145,15 +153,27 @@ func (l *Ledger) InFlight() int {
 }
 
 // WorkOn returns the ledger's work on replica, with its unseen part counted
-// against a snapshot taken at snapNanos (the replica's ScrapedNanos).
-func (l *Ledger) WorkOn(replica int, snapNanos int64) Work {
+// against a snapshot taken at snapNanos (the replica's ScrapedNanos) and its
+// dispatch rate as of nowNanos.
+func (l *Ledger) WorkOn(replica int, snapNanos, nowNanos int64) Work {
 	if l == nil || replica < 0 || replica >= len(l.reps) {
 		return Work{}
 	}
 	if l.reps[replica].syncedSnap != snapNanos {
 		l.sync(replica, snapNanos)
 	}
-	return l.reps[replica].Work
+	w := l.reps[replica].Work
+	w.ArrivalPerSec = l.RateOn(replica, nowNanos)
+	return w
+}
+
+// RateOn returns the rate, per second, at which this ledger dispatched to
+// replica recently (Params.RateWindow), decayed to nowNanos.
+func (l *Ledger) RateOn(replica int, nowNanos int64) float64 {
+	if l == nil || replica < 0 || replica >= len(l.reps) {
+		return 0
+	}
+	return l.reps[replica].rate.At(nowNanos, l.p.RateWindow.Seconds())
 }
 
 // InFlightOn returns the number of in-flight requests on replica.
@@ -234,6 +254,8 @@ func (l *Ledger) Dispatch(replica int, req *Request, uncachedTokens int, nowNano
 	}
 	f.remaining = remainingOf(f)
 	r := &l.reps[replica]
+	r.rate.Add(nowNanos, l.p.RateWindow.Seconds())
+	l.total.Add(nowNanos, l.p.RateWindow.Seconds())
 	r.QueuedN++
 	r.QueuedTokens += f.prefill
 	if nowNanos > r.syncedSnap {

@@ -115,7 +115,8 @@ type Replica struct {
 
 	// PeerWork is the in-flight work other routers sharing this fleet view
 	// (the other worker VMs of one Envoy) report on this replica, each from
-	// its own Ledger.WorkOn; Pick adds it to the local ledger's.
+	// its own Ledger.WorkOn, including their dispatch rate; Pick adds it to
+	// the local ledger's.
 	PeerWork Work
 
 	// ScrapedNanos is when the metrics were taken, on the caller's clock

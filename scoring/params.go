@@ -35,6 +35,16 @@ type Params struct {
 	// DefaultPromptTokens values a reported waiting request the router did
 	// not send (default 1000) before the Ledger has learned a mean.
 	DefaultPromptTokens int
+	// ExternalityWeight scales the delay a request's own work (adapter
+	// load, prefill) imposes on the requests that will arrive behind it at
+	// the chosen replica (Candidate.ExternalSec). 1 counts that delay in
+	// full, the social cost of the choice; 0 is the greedy ETTFT rule
+	// (default 1).
+	ExternalityWeight float64
+	// RateWindow is the time constant of the per-replica arrival rates the
+	// externality uses (default 10s: long enough to average a burst, short
+	// enough to follow a load change).
+	RateWindow time.Duration
 	// DefaultOutputTokens is the output estimate with neither max_tokens
 	// nor a learned mean (default 256).
 	DefaultOutputTokens int
@@ -60,6 +70,8 @@ func DefaultParams() Params {
 		HomeBlocks:          4,
 		DefaultPromptTokens: 1000,
 		DefaultOutputTokens: 256,
+		ExternalityWeight:   1,
+		RateWindow:          10 * time.Second,
 		PrefillChunkTokens:  8192,
 	}
 }
@@ -81,6 +93,10 @@ func (p *Params) Validate() error {
 		return errors.New("scoring: home_blocks must be >= 1, got " + strconv.Itoa(p.HomeBlocks))
 	case p.DefaultPromptTokens < 1:
 		return errors.New("scoring: default_prompt_tokens must be >= 1, got " + strconv.Itoa(p.DefaultPromptTokens))
+	case !(p.ExternalityWeight >= 0) || p.ExternalityWeight > 100:
+		return errors.New("scoring: externality_weight must be in [0, 100], got " + ftoa(p.ExternalityWeight))
+	case p.RateWindow <= 0:
+		return errors.New("scoring: rate_window must be > 0, got " + p.RateWindow.String())
 	case p.DefaultOutputTokens < 1:
 		return errors.New("scoring: default_output_tokens must be >= 1, got " + strconv.Itoa(p.DefaultOutputTokens))
 	case p.PrefillChunkTokens < 1 || p.PrefillChunkTokens > 1<<24:

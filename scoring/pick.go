@@ -66,6 +66,13 @@ type Candidate struct {
 	PrefillSec float64
 	// CachedTokens is k(r), clamped to [0, n−1].
 	CachedTokens int
+	// ExternalSec is the delay the request's own work on r (adapter load
+	// and prefill, A + P) imposes on other requests: λ · ETTFT · (A + P)
+	// for those arriving while it waits and prefills, where λ is the mean
+	// arrival rate per open replica (the ledger's dispatches plus
+	// PeerWork.ArrivalPerSec), plus N_r · A for the N_r requests already
+	// on r that an adapter load stalls; scaled by Params.ExternalityWeight.
+	ExternalSec float64
 	// Stale is true when the replica's snapshot was older than
 	// Params.StaleAfter (or missing).
 	Stale bool
@@ -73,6 +80,10 @@ type Candidate struct {
 
 // TotalSec returns ETTFT(r) = W + A + P.
 func (c *Candidate) TotalSec() float64 { return c.WaitSec + c.AdapterSec + c.PrefillSec }
+
+// CostSec is what Pick minimises: the request's own ETTFT plus the delay
+// its work imposes on the requests that will queue behind it (ExternalSec).
+func (c *Candidate) CostSec() float64 { return c.TotalSec() + c.ExternalSec }
 
 // Decision is the result of Pick with its explanation. Keep one per worker
 // (or per request context) and pass it to every Pick: it owns scratch that
@@ -145,6 +156,10 @@ func Pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 	}
 	staleNanos := int64(p.StaleAfter)
 	chunk := float64(max(p.PrefillChunkTokens, 1))
+	lamBar := 0.0
+	if p.ExternalityWeight > 0 {
+		lamBar = meanArrivalRate(p, replicas, l, nowNanos)
+	}
 
 	best := math.Inf(1)
 	minWait := math.Inf(1)
@@ -236,6 +251,7 @@ func Pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		qTok := float64(acc.QueuedTokens) + float64(foreignWaiting)*promptMean
 		uncached := float64(n - c.CachedTokens)
 		w := qN*h.PrefillFixedSec + qTok*h.PrefillSecPerToken
+		onReplica := qN + float64(acc.DecodeN+foreignRunning) // requests an adapter load stalls
 		if batch := acc.DecodeN + foreignRunning; batch > 0 {
 			b := float64(batch)
 			decodeTok := float64(acc.DecodeTokens) + float64(foreignRunning)*outMean/2
@@ -273,14 +289,32 @@ func Pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		}
 		c.WaitSec = w
 
-		t := c.TotalSec()
+		// The externality: every request that reaches r while this one's
+		// work is queued or running waits A + P longer; about λ·ETTFT of
+		// them arrive in that time (Little). The greedy ETTFT alone ignores
+		// them, so under load it spends fleet capacity on cold prefills and
+		// adapter loads that a warm replica would not need; with no recent
+		// arrivals the term vanishes and the pure rule decides. λ is the
+		// fleet's mean arrival rate per open replica, not r's own: per
+		// replica rates are each router's partial view, and replicas that
+		// are otherwise equal must stay tied so independent gateways agree
+		// on a new prefix's home.
+		// An adapter load also stalls the requests already on r: engines
+		// load LoRA weights inside the scheduler step (vLLM's LRU adapter
+		// manager activates them before the forward pass), so the whole
+		// batch and queue wait A.
+		if p.ExternalityWeight > 0 {
+			c.ExternalSec = p.ExternalityWeight * (lamBar*c.TotalSec()*(c.AdapterSec+c.PrefillSec) + onReplica*c.AdapterSec)
+		}
+
+		t := c.CostSec()
 		if math.IsNaN(t) {
 			t = math.Inf(1)
 		}
 		d.Eligible++
 		best = min(best, t)
 		minWait = min(minWait, w)
-		if d.NumTop < TopN || t < d.Top[TopN-1].TotalSec() {
+		if d.NumTop < TopN || t < d.Top[TopN-1].CostSec() {
 			d.insertTop(c)
 		}
 	}
@@ -298,7 +332,7 @@ func Pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 	ties := 0
 	var bestW uint64
 	for i := range replicas {
-		if cands[i].Index < 0 || !(cands[i].TotalSec() <= best+p.TieEpsilonSec) {
+		if cands[i].Index < 0 || !(cands[i].CostSec() <= best+p.TieEpsilonSec) {
 			continue
 		}
 		ties++
@@ -374,9 +408,9 @@ func (d *Decision) loadAvoided() bool {
 // insertTop keeps d.Top sorted by total, cheapest first; equal totals keep
 // replica order, so the list is deterministic.
 func (d *Decision) insertTop(c *Candidate) {
-	t := c.TotalSec()
+	t := c.CostSec()
 	pos := d.NumTop
-	for pos > 0 && t < d.Top[pos-1].TotalSec() {
+	for pos > 0 && t < d.Top[pos-1].CostSec() {
 		pos--
 	}
 	if pos >= TopN {
@@ -388,6 +422,26 @@ func (d *Decision) insertTop(c *Candidate) {
 	if d.NumTop < TopN {
 		d.NumTop++
 	}
+}
+
+// meanArrivalRate returns the fleet's recent arrivals per second per open
+// replica: this router's dispatches plus the peers' (PeerWork).
+func meanArrivalRate(p *Params, replicas []Replica, l *Ledger, nowNanos int64) float64 {
+	total, open := 0.0, 0
+	if l != nil {
+		total = l.total.At(nowNanos, p.RateWindow.Seconds())
+	}
+	for i := range replicas {
+		r := &replicas[i]
+		total += r.PeerWork.ArrivalPerSec
+		if r.Healthy && r.DrainAt(nowNanos) == Serving {
+			open++
+		}
+	}
+	if open == 0 || !(total > 0) {
+		return 0
+	}
+	return total / float64(open)
 }
 
 // adapterCost returns A(r, a) and whether r can serve adapter at all.

@@ -81,7 +81,7 @@ func FuzzPick(f *testing.F) {
 		fl := l.Dispatch(d1.Index, &req, int(prompt), now)
 		l.Progress(fl, int(prompt%7))
 		l.Done(fl, int(prompt%300))
-		if l.InFlight() != 0 || l.reps[d1.Index] != (repAcc{syncedSnap: l.reps[d1.Index].syncedSnap}) {
+		if l.InFlight() != 0 || l.reps[d1.Index].Work != (Work{}) {
 			t.Fatalf("ledger after Done = %+v, want empty", l.reps[d1.Index])
 		}
 	})

@@ -473,7 +473,7 @@ func TestPeerWork(t *testing.T) {
 		for r := range rs {
 			rs[r].PeerWork = Work{}
 			if share {
-				rs[r].PeerWork = a.WorkOn(r, rs[r].ScrapedNanos)
+				rs[r].PeerWork = a.WorkOn(r, rs[r].ScrapedNanos, now)
 			}
 		}
 		Pick(&p, &req, rs, nil, b, now+1, &d)
@@ -651,5 +651,75 @@ func TestWarmBatchKeepsAffinity(t *testing.T) {
 	Pick(&p, &Request{PromptTokens: 7200}, rs, []int{6000, 0}, nil, now, &d)
 	if d.Index != 0 || d.Reason != ReasonPrefixAffinity {
 		t.Fatalf("Pick(warm busy, cold idle) = %d (%v), want 0 (prefix-affinity)", d.Index, d.Reason)
+	}
+}
+
+// TestExternality: when the warm replica's queue is a little longer than
+// the prefill its cache saves, the greedy rule goes cold; when requests
+// keep arriving at the cold replica, the extra prefill there delays them
+// all, and Pick stays warm. With no arrivals the two rules agree.
+func TestExternality(t *testing.T) {
+	now := 100 * sec
+	p := exactParams()
+	rs := fleet("h100", 2, now)
+	h := &rs[0].Hardware
+	const n, k = 6000, 5900
+	saving := h.PrefillSeconds(n) - h.PrefillSeconds(n-k)
+	// A (warm) has queued prefill worth a bit more than the saving.
+	queued := int64((saving*1.2 - h.PrefillFixedSec) / h.PrefillSecPerToken)
+	rs[0].PeerWork = Work{QueuedN: 1, QueuedTokens: queued}
+	cached := []int{k, 0}
+	req := Request{PromptTokens: n, Chain: []uint64{7}}
+	tests := []struct {
+		name    string
+		rate    float64 // arrivals per second at each replica
+		want    int
+		extZero bool
+	}{
+		{name: "idle fleet: greedy cold", rate: 0, want: 1, extZero: true},
+		{name: "busy fleet: stay warm", rate: 2, want: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rs[0].PeerWork.ArrivalPerSec, rs[1].PeerWork.ArrivalPerSec = tt.rate, tt.rate
+			var d Decision
+			Pick(&p, &req, rs, cached, nil, now, &d)
+			if d.Index != tt.want {
+				t.Fatalf("Pick(rate %v) = %d, want %d; top %+v", tt.rate, d.Index, tt.want, d.Top[:d.NumTop])
+			}
+			for _, c := range d.Top[:d.NumTop] {
+				want := tt.rate * c.TotalSec() * (c.AdapterSec + c.PrefillSec)
+				if math.Abs(c.ExternalSec-want) > 1e-12 || (tt.extZero && c.ExternalSec != 0) {
+					t.Errorf("replica %d ExternalSec = %v, want λ·ETTFT·(A+P) = %v", c.Index, c.ExternalSec, want)
+				}
+			}
+		})
+	}
+	p.ExternalityWeight = 0
+	var d Decision
+	Pick(&p, &req, rs, cached, nil, now, &d)
+	if d.Index != 1 {
+		t.Errorf("Pick(busy fleet, externality_weight 0) = %d, want the greedy cold choice 1", d.Index)
+	}
+}
+
+// TestRate: a steady stream of λ events per second reads about λ, and the
+// rate decays once the events stop.
+func TestRate(t *testing.T) {
+	var r Rate
+	const window = 10.0
+	for i := range 600 { // 5 per second for 120 s
+		r.Add(int64(i)*sec/5, window)
+	}
+	end := int64(599) * sec / 5
+	if got := r.At(end, window); math.Abs(got-5) > 0.3 {
+		t.Errorf("Rate after 120 s at 5/s = %v, want about 5", got)
+	}
+	if got, want := r.At(end+10*sec, window), r.At(end, window)/math.E; math.Abs(got-want) > 1e-9 {
+		t.Errorf("Rate 10 s (one window) after the last event = %v, want %v", got, want)
+	}
+	var zero Rate
+	if zero.At(end, window) != 0 {
+		t.Errorf("zero Rate reads %v, want 0", zero.At(end, window))
 	}
 }

@@ -439,6 +439,7 @@ type oracle struct {
 	reps   []scoring.Replica
 	adapt  [][1]scoring.Adapter
 	cached []int
+	rates  []scoring.Rate // its own dispatches per replica: the externality's λ
 	d      scoring.Decision
 }
 
@@ -451,6 +452,7 @@ func (p *oracle) Start(f *Fleet) error {
 	p.reps = make([]scoring.Replica, n)
 	p.adapt = make([][1]scoring.Adapter, n)
 	p.cached = make([]int, n)
+	p.rates = make([]scoring.Rate, n)
 	for i := range n {
 		r := f.Replica(i)
 		p.reps[i].Addr = r.Addr
@@ -481,6 +483,9 @@ func (p *oracle) Pick(now time.Duration, req *Request, _ int) Decision {
 		// rest of the cost is lowest; the replica loads it when a slot frees.
 		sreq.Adapter = ""
 		scoring.Pick(&p.params, &sreq, p.reps, p.cached, nil, nowNanos, &p.d)
+	}
+	if p.d.Index >= 0 {
+		p.rates[p.d.Index].Add(nowNanos, p.params.RateWindow.Seconds())
 	}
 	return pickOr503(p.d.Index)
 }
@@ -514,6 +519,7 @@ func (p *oracle) fill(i int, req *Request, nowNanos int64) {
 			w.QueuedTokens += int64(q.target - q.done)
 		}
 	}
+	w.ArrivalPerSec = p.rates[i].At(nowNanos, p.params.RateWindow.Seconds())
 	s.PeerWork = w
 	s.WaitingRequests, s.RunningRequests = len(r.waiting), len(r.running)
 	capTok := r.KVCapacityTokens()

@@ -170,7 +170,7 @@ func TestSnapshotDecodeErrors(t *testing.T) {
 		{name: "magic only", in: []byte("GRFS"), want: ErrShort},
 		{name: "bad magic", in: set(0, 'X'), want: ErrMagic},
 		{name: "lease value", in: must(Lease{Holder: 1}.AppendBinary(nil)), want: ErrMagic},
-		{name: "version 2", in: set(4, 2), want: ErrVersion},
+		{name: "next version", in: set(4, Version+1), want: ErrVersion},
 		{name: "version 0", in: set(4, 0), want: ErrVersion},
 		{name: "header cut", in: good[:snapHeaderLen-1], want: ErrShort},
 		{name: "count beyond bytes", in: set(snapHeaderLen-2, 200, 0), want: ErrShort},

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"math"
 	"strconv"
 
 	"github.com/gpuroute/gpuroute/scoring"
@@ -52,13 +53,14 @@ type WorkRecord struct {
 	Work         []scoring.Work
 }
 
-// WorkRecord encoding, version 1: "GRWK" version=1 u8, worker u64,
-// written i64, configID u64, count u16, then per replica six i64 in
-// scoring.Work field order (QueuedN, QueuedTokens, DecodeN, DecodeTokens,
-// UnseenN, UnseenTokens), each >= 0.
+// WorkRecord encoding: "GRWK" version u8, worker u64, written i64,
+// configID u64, count u16, then per replica six i64 in scoring.Work field
+// order (QueuedN, QueuedTokens, DecodeN, DecodeTokens, UnseenN,
+// UnseenTokens), each >= 0, and ArrivalPerSec as float64 bits (finite,
+// >= 0).
 const (
 	workHeaderLen = headerLen + 8 + 8 + 8 + 2
-	workEntryLen  = 6 * 8
+	workEntryLen  = 7 * 8
 )
 
 // EncodedLen returns the length of w's encoding.
@@ -88,6 +90,7 @@ func (w *WorkRecord) AppendBinary(b []byte) ([]byte, error) {
 		b = appendU64(b, uint64(x.DecodeTokens))
 		b = appendU64(b, uint64(x.UnseenN))
 		b = appendU64(b, uint64(x.UnseenTokens))
+		b = appendU64(b, math.Float64bits(x.ArrivalPerSec))
 	}
 	return b, nil
 }
@@ -97,6 +100,9 @@ func checkWork(x *scoring.Work) error {
 		if v < 0 {
 			return fail(ErrInvalid, "work figure", v, "must be >= 0")
 		}
+	}
+	if r := x.ArrivalPerSec; !(r >= 0) || math.IsInf(r, 1) {
+		return fail(ErrInvalid, "work arrival rate", int64(math.Float64bits(r)), "must be finite and >= 0 (float64 bits)")
 	}
 	return nil
 }
@@ -128,6 +134,7 @@ func (w *WorkRecord) Decode(b []byte) error {
 			QueuedN: int64(r.u64()), QueuedTokens: int64(r.u64()),
 			DecodeN: int64(r.u64()), DecodeTokens: int64(r.u64()),
 			UnseenN: int64(r.u64()), UnseenTokens: int64(r.u64()),
+			ArrivalPerSec: math.Float64frombits(r.u64()),
 		}
 		if err := checkWork(&x); err != nil {
 			return err
@@ -144,6 +151,7 @@ func (w *WorkRecord) Decode(b []byte) error {
 			QueuedN: int64(body.u64()), QueuedTokens: int64(body.u64()),
 			DecodeN: int64(body.u64()), DecodeTokens: int64(body.u64()),
 			UnseenN: int64(body.u64()), UnseenTokens: int64(body.u64()),
+			ArrivalPerSec: math.Float64frombits(body.u64()),
 		}
 	}
 	return nil

@@ -12,7 +12,7 @@ func testRecord(worker uint64, written int64, cfg uint64, n int) *WorkRecord {
 	w := &WorkRecord{Worker: worker, WrittenNanos: written, ConfigID: cfg, Work: make([]scoring.Work, n)}
 	for i := range w.Work {
 		v := int64(i) + int64(worker)
-		w.Work[i] = scoring.Work{QueuedN: v, QueuedTokens: 100 * v, DecodeN: 2 * v, DecodeTokens: 200 * v, UnseenN: 1, UnseenTokens: 10}
+		w.Work[i] = scoring.Work{QueuedN: v, QueuedTokens: 100 * v, DecodeN: 2 * v, DecodeTokens: 200 * v, UnseenN: 1, UnseenTokens: 10, ArrivalPerSec: 0.5 * float64(v)}
 	}
 	return w
 }
@@ -54,7 +54,9 @@ func TestWorkRecordCodec(t *testing.T) {
 		{name: "trailing", in: append(bytes.Clone(good), 0), want: ErrInvalid},
 		{name: "count above max", in: set(workHeaderLen-2, 0xff, 0xff), want: ErrInvalid},
 		{name: "negative figure", in: set(workHeaderLen+7, 0x80), want: ErrInvalid},
-		{name: "version", in: set(4, 2), want: ErrVersion},
+		{name: "NaN rate", in: set(workHeaderLen+6*8, 0x01, 0, 0, 0, 0, 0, 0xf8, 0x7f), want: ErrInvalid},
+		{name: "negative rate", in: set(workHeaderLen+6*8+7, 0xbf), want: ErrInvalid},
+		{name: "version", in: set(4, Version+1), want: ErrVersion},
 		{name: "magic", in: set(0, 'g'), want: ErrMagic},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -224,7 +226,7 @@ func TestRegistry(t *testing.T) {
 		{name: "count above max", in: set(5, 0x01, 0x01), want: ErrInvalid},
 		{name: "unsorted", in: set(registryHeaderLen, 0xff), want: ErrInvalid},
 		{name: "zero id", in: set(registryHeaderLen, 0), want: ErrInvalid},
-		{name: "version", in: set(4, 3), want: ErrVersion},
+		{name: "version", in: set(4, Version+1), want: ErrVersion},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := Registry{Workers: []uint64{7}}

@@ -243,7 +243,7 @@ func (r *root) exchangeWork(now int64) {
 	}
 	r.record.WrittenNanos = now
 	for i := range r.replicas {
-		r.record.Work[i] = r.ledger.WorkOn(i, r.replicas[i].ScrapedNanos)
+		r.record.Work[i] = r.ledger.WorkOn(i, r.replicas[i].ScrapedNanos, now)
 	}
 	if buf, err := r.record.AppendBinary(r.scratch[:0]); err == nil {
 		r.scratch = buf
