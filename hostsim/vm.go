@@ -205,6 +205,16 @@ func (vm *VM) Err() error {
 	return vm.failed
 }
 
+// MemoryBytes returns the size of the VM's linear memory in bytes (a
+// multiple of the 64 KiB wasm page). Go's wasm runtime only ever grows it
+// (memory.grow; wasm has no shrink), so an unchanged size over many requests
+// means the guest heap stayed within what it already had.
+func (vm *VM) MemoryBytes() uint32 {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	return vm.mem.Size()
+}
+
 // Root returns the root context currently serving rootID, or nil.
 func (vm *VM) Root(rootID string) *Root {
 	vm.mu.Lock()

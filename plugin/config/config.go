@@ -472,7 +472,10 @@ func stringValue(name string, v jsonx.Value) (string, error) {
 	if v.Kind != jsonx.String {
 		return "", errors.New("config: " + name + " must be a string, got " + v.Kind.String() + " " + shown(v))
 	}
-	s := jsonx.AppendUnescape(nil, v.Raw)
+	s := v.Raw
+	if v.Escaped {
+		s = jsonx.AppendUnescape(nil, v.Raw)
+	}
 	if !utf8.Valid(s) {
 		return "", errors.New("config: " + name + " must be valid UTF-8, got " + quote(s))
 	}

@@ -103,6 +103,8 @@ func FuzzReader(f *testing.F) {
 		if !reflect.DeepEqual(mine, theirs) {
 			t.Fatalf("walk(%q) = %#v, encoding/json decodes %#v", data, mine, theirs)
 		}
+		checkTape(t, data, 8)
+		checkTape(t, data, 4096)
 		checkInts(t, data)
 		checkJSONParser(t, data)
 		checkPrefixes(t, data)

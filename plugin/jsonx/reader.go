@@ -149,7 +149,21 @@ type Reader struct {
 	err     Error
 	keyBuf  [maxKeyBytes]byte
 	small   [16]byte // WriteString scratch when the caller's is too short
+	tape    *Tape    // recording
+	replay  *Tape
 }
+
+// RecordTape makes the Reader record on t where the escapes and the end of
+// each string value of at least 64 bytes or with escapes are, as it
+// validates them; nil stops recording. Reset stops it too.
+func (r *Reader) RecordTape(t *Tape) { r.tape = t }
+
+// UseTape makes the Reader trust what t recorded: Value and WriteString on a
+// recorded string find its end and escapes there instead of scanning, so a
+// second pass over a validated prompt only copies. t must have been
+// recorded over the same bytes at the same offsets (ResetAt keeps them);
+// nil stops using it, and so does Reset.
+func (r *Reader) UseTape(t *Tape) { r.replay = t }
 
 // Reset starts reading data, which must be one complete JSON document.
 func (r *Reader) Reset(data []byte) { r.reset(data, false) }
@@ -175,7 +189,7 @@ func (r *Reader) ResetPrefixAt(data []byte, off int) {
 
 func (r *Reader) reset(data []byte, prefix bool) {
 	r.data, r.pos, r.depth, r.objects, r.state = data, 0, 0, 0, stValue
-	r.prefix, r.cut, r.key, r.keyLen, r.err = prefix, false, nil, -1, Error{}
+	r.prefix, r.cut, r.key, r.keyLen, r.err, r.tape, r.replay = prefix, false, nil, -1, Error{}, nil, nil
 }
 
 // Err returns the first failure as an *Error, or nil. In prefix mode the
@@ -362,7 +376,7 @@ func (r *Reader) Member() bool {
 		r.fail(BadSyntax, i, whatKey)
 		return false
 	}
-	end, esc, st := scanString(d, i+1)
+	end, esc, st := scanString(d, i+1, nil)
 	if st != sOK {
 		r.stringFail(st, end)
 		return false
@@ -452,7 +466,16 @@ func (r *Reader) Value() Value {
 	}
 	switch k := kindOf[d[i]]; k {
 	case String:
-		end, esc, st := scanString(d, i+1)
+		if r.replay != nil {
+			if e, ok := r.replay.find(i + 1); ok {
+				end, esc := r.replay.end(e)
+				if end < len(d) && d[end] == '"' {
+					r.done(end + 1)
+					return Value{Kind: String, Raw: d[i+1 : end], Off: i, Escaped: esc}
+				}
+			}
+		}
+		end, esc, st := scanString(d, i+1, r.tape)
 		if st == sOK {
 			r.done(end)
 			return Value{Kind: String, Raw: d[i+1 : end-1], Off: i, Escaped: esc}
@@ -560,7 +583,7 @@ key:
 		r.fail(BadSyntax, i, whatKey)
 		return -1, 0
 	}
-	if i, _, st = scanString(d, i+1); st != sOK {
+	if i, _, st = scanString(d, i+1, nil); st != sOK {
 		if st == sEOF {
 			goto eof
 		}
@@ -583,7 +606,7 @@ value:
 		goto open
 	case '"':
 		j := i + 1
-		if i, _, st = scanString(d, j); st != sOK {
+		if i, _, st = scanString(d, j, r.tape); st != sOK {
 			if st == sEOF {
 				if c := stringCut(d[j:]); c > 0 {
 					safe = j + c // a cut string value ends the head mid-string

@@ -33,6 +33,8 @@ func special(x uint64) uint64 {
 // nextSpecial returns the offset of the first '"', '\\' or control byte in
 // d at or after i, or len(d).
 func nextSpecial(d []byte, i int) int {
+	// Two words per iteration, one branch: measured faster than one word
+	// (fewer branches) and than four (escape-dense text exits early).
 	for i+16 <= len(d) {
 		m0 := special(load64(d, i)) & msb
 		m1 := special(load64(d, i+8)) & msb
@@ -84,102 +86,60 @@ var escapeByte = [256]byte{'"': '"', '\\': '\\', '/': '/', 'b': '\b', 'f': '\f',
 // scanString validates string contents starting at d[i] (after the opening
 // quote). It returns the offset after the closing quote and whether an escape
 // was seen; on failure the offset of the offending byte (len(d) for sEOF).
-func scanString(d []byte, i int) (end int, escaped bool, st uint8) {
-	// Word loop: the next load never waits for the previous hit's position,
-	// so escape-dense text (a "\n" every few dozen bytes) does not turn into
-	// a chain of dependent loads. p is the first byte not yet consumed by an
-	// escape; hits below it (an escaped '"' or '\\') are ignored.
-	p := i
-	for ; i+8 <= len(d); i += 8 {
-		x := load64(d, i)
-		if special(x)&msb == 0 {
-			continue
-		}
-		m := specialExact(x)
-		if p > i {
-			m &= ^uint64(0) << (8 * uint(p-i))
-		}
-		for m != 0 {
-			k := i + bits.TrailingZeros64(m)>>3
-			switch d[k] {
-			case '"':
-				return k + 1, escaped, sOK
-			case '\\':
-				escaped = true
-				if k+1 >= len(d) {
-					return len(d), escaped, sEOF
-				}
-				if e := d[k+1]; escapeByte[e] != 0 {
-					p = k + 2
-				} else if e != 'u' {
-					return k, escaped, sEscape
-				} else if k+6 > len(d) {
-					if !allHex(d[k+2:]) {
-						return k, escaped, sUEscape
-					}
-					return len(d), escaped, sEOF
-				} else if hex4(d[k+2:k+6]) < 0 {
-					return k, escaped, sUEscape
-				} else {
-					p = k + 6
-				}
-				if p-i >= 8 {
-					m = 0
-				} else {
-					m &= ^uint64(0) << (8 * uint(p-i))
-				}
-			default:
-				return k, escaped, sControl
-			}
-		}
+// With t non-nil the string's escapes and end are recorded on t.
+func scanString(d []byte, i int, t *Tape) (end int, escaped bool, st uint8) {
+	mark := -1
+	if t != nil {
+		mark = t.open(i)
 	}
-	i = max(i, p)
-	for i < len(d) {
-		switch c := d[i]; {
-		case c == '"':
-			return i + 1, escaped, sOK
-		case c == '\\':
+	start := i
+	for {
+		k := nextSpecial(d, i)
+		if k >= len(d) {
+			t.abort(mark)
+			return len(d), escaped, sEOF
+		}
+		switch c := d[k]; c {
+		case '"':
+			if t != nil {
+				t.close(mark, start, k)
+			}
+			return k + 1, escaped, sOK
+		case '\\':
 			escaped = true
-			if i+1 >= len(d) {
+			if t != nil {
+				mark = t.escape(mark, k)
+			}
+			if k+1 >= len(d) {
+				t.abort(mark)
 				return len(d), escaped, sEOF
 			}
-			e := d[i+1]
+			e := d[k+1]
 			if escapeByte[e] != 0 {
-				i += 2
+				i = k + 2
 				continue
 			}
 			if e != 'u' {
-				return i, escaped, sEscape
+				t.abort(mark)
+				return k, escaped, sEscape
 			}
-			if i+6 > len(d) {
-				if !allHex(d[i+2:]) {
-					return i, escaped, sUEscape
+			if k+6 > len(d) {
+				t.abort(mark)
+				if !allHex(d[k+2:]) {
+					return k, escaped, sUEscape
 				}
 				return len(d), escaped, sEOF
 			}
-			if hex4(d[i+2:i+6]) < 0 {
-				return i, escaped, sUEscape
+			if hex4(d[k+2:k+6]) < 0 {
+				t.abort(mark)
+				return k, escaped, sUEscape
 			}
-			i += 6
-		case c < 0x20:
-			return i, escaped, sControl
+			i = k + 6
 		default:
-			i++
+			t.abort(mark)
+			return k, escaped, sControl
 		}
 	}
-	return len(d), escaped, sEOF
-}
-
-// specialExact is special without false positives: the high bit of each lane
-// holding '"', '\\' or a byte below 0x20. Adding 0x7f or 0x5f to the low 7
-// bits cannot carry across lanes, unlike special's subtraction.
-func specialExact(x uint64) uint64 {
-	const low7 = lsb * 0x7f
-	y := x ^ (lsb * 0x02)                // '"' becomes 0x20, control bytes stay below 0x20
-	lt := ^(((y & low7) + lsb*0x5f) | y) // lanes < 0x21
-	s := x ^ (lsb * '\\')
-	z := ^(((s & low7) + low7) | s) // lanes == 0
-	return (lt | z) & msb
 }
 
 func hexVal(c byte) int {

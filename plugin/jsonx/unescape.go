@@ -113,8 +113,8 @@ func AppendUnescape(dst, raw []byte) []byte {
 		}
 		if raw[k+1] == 'u' {
 			// raw is whole string contents, so a high surrogate at its end is
-		// lone (uEnd).
-		if r, n, st := decodeU(raw, k); st == uOK || st == uEnd {
+			// lone (uEnd).
+			if r, n, st := decodeU(raw, k); st == uOK || st == uEnd {
 				dst = utf8.AppendRune(dst, r)
 				i = k + n
 				continue

@@ -43,6 +43,13 @@ func (r *Reader) WriteString(w Writer, scratch []byte) error {
 		scratch = r.small[:]
 	}
 	direct := min(max(minDirect, len(scratch)/8), len(scratch))
+	if r.replay != nil {
+		if e, ok := r.replay.find(i + 1); ok {
+			if end, _ := r.replay.end(e); end >= 0 && end < len(d) && d[end] == '"' {
+				return r.writeTaped(w, scratch, direct, i+1, e, end)
+			}
+		}
+	}
 	var werr error
 	n := 0   // decoded bytes waiting in scratch
 	i++      // first content byte
@@ -129,5 +136,61 @@ func (r *Reader) WriteString(w Writer, scratch []byte) error {
 		}
 		i = k + adv
 		run = i
+	}
+}
+
+// writeTaped is WriteString for a string recorded on the replay tape: the
+// escapes at the tape's offsets are decoded and the runs between them are
+// copied, with no scan. contents start at i, the start entry is at e and
+// the closing quote at end.
+func (r *Reader) writeTaped(w Writer, scratch []byte, direct, i, e, end int) error {
+	d := r.data
+	var werr error
+	n := 0
+	run := i
+	for j := e + 1; ; j++ {
+		k := end
+		if x := r.replay.ent[j]; x&tapeEnd == 0 {
+			k = int(x & tapeOff)
+		}
+		if k < run || k > end {
+			continue // the low half of a surrogate pair, decoded with its high half
+		}
+		// Flush the run d[run:k]: straight to w when long, else via scratch.
+		if k-run >= direct || n+k-run+utf8.UTFMax > len(scratch) {
+			if werr == nil && n > 0 {
+				_, werr = w.Write(scratch[:n])
+			}
+			n = 0
+			if k-run >= direct || k-run+utf8.UTFMax > len(scratch) {
+				if werr == nil && k > run {
+					_, werr = w.Write(d[run:k])
+				}
+				run = k
+			}
+		}
+		n += copy(scratch[n:], d[run:k])
+		if k == end {
+			if werr == nil && n > 0 {
+				_, werr = w.Write(scratch[:n])
+			}
+			r.replay.cur = j + 1
+			r.done(end + 1)
+			return werr
+		}
+		// The tape came from a validating pass, so d[k:] is a whole escape.
+		if b := escapeByte[d[k+1]]; b != 0 {
+			scratch[n] = b
+			n++
+			run = k + 2
+			continue
+		}
+		u, adv, st := decodeU(d, k)
+		if st != uOK && st != uEnd {
+			r.fail(BadSyntax, k, whatUEscape) // not the tape's bytes
+			return werr
+		}
+		n += utf8.EncodeRune(scratch[n:], u)
+		run = k + adv
 	}
 }

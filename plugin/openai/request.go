@@ -58,6 +58,13 @@ const MaxModelBytes = 256
 // messages → message → content part → image_url).
 const MaxDepth = jsonx.MaxDepth
 
+// tapeEntries bounds the Parser's tape: the escapes and ends of the
+// prompt's long strings, recorded while Parse validates them so that
+// WriteText copies instead of scanning again. 8192 entries cover a 32 KB
+// chat body with a "\n" every 35 bytes four times over; beyond that the
+// rest is scanned as usual.
+const tapeEntries = 8192
+
 // unescapeChunk is the scratch size for decoding JSON strings: escapes and
 // short literal runs are gathered there, long runs go to the writer straight
 // from the body (jsonx.Reader.WriteString), so the scratch is fixed whatever
@@ -100,6 +107,8 @@ type Request struct {
 // threaded per VM).
 type Parser struct {
 	rd, sub, sub2 jsonx.Reader // sub and sub2 re-read deferred values
+	tape          jsonx.Tape
+	tapeBuf       [tapeEntries]uint32
 	err           Error
 	scratch       [unescapeChunk]byte
 	model         [MaxModelBytes]byte
@@ -197,6 +206,7 @@ func (p *Parser) parse(kind Kind, body []byte, out *Request, truncOK bool) error
 	} else {
 		r.Reset(body)
 	}
+	p.tape.Reset(p.tapeBuf[:])
 	switch k := r.Kind(); {
 	case k == jsonx.None && r.Offset() >= len(body): // empty or blank
 		if truncOK {
@@ -305,8 +315,12 @@ func (p *Parser) topField(r *jsonx.Reader) {
 			r.Skip()
 			return
 		}
-		// Validated now, decoded by WriteText from its offset.
+		// Validated now, decoded by WriteText from its offset; the tape
+		// spares WriteText a second scan of the prompt's strings.
+		p.tape.Reset(p.tapeBuf[:])
+		r.RecordTape(&p.tape)
 		v := r.Value()
+		r.RecordTape(nil)
 		p.promptOff, p.promptKind = v.Off, v.Kind
 	default:
 		r.Skip()
@@ -404,6 +418,7 @@ func (p *Parser) at(r *jsonx.Reader, off int) *jsonx.Reader {
 	} else {
 		r.ResetAt(p.doc, off)
 	}
+	r.UseTape(&p.tape)
 	return r
 }
 

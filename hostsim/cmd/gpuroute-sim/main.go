@@ -21,13 +21,11 @@ import (
 )
 
 // wasmPolicy is the registry name of gpuroute's own policy: the plugin
-// module driven through hostsim. Its package registers it with one line,
-// fleet.Register(wasmPolicy, ...), added to init below once it exists.
-const wasmPolicy = "gpuroute"
+// module driven through hostsim (fleet.GPURoute), registered in init.
+const wasmPolicy = fleet.GPURouteName
 
 func init() {
-	// The wasm policy registers here (one line), e.g.:
-	// fleet.Register(wasmPolicy, hostsim.NewFleetPolicy)
+	fleet.Register(wasmPolicy, fleet.NewGPURoute)
 }
 
 // demoTrace is the Mooncake slice the demo replays (first 2,000 lines of
@@ -67,7 +65,7 @@ func run(args []string) error {
 	fs.StringVar(&o.jsonPath, "json", "", "write results as JSON to this file")
 	fs.StringVar(&o.reportPath, "report", "", "write the HTML report to this file (demo default: build/report.html)")
 	fs.BoolVar(&o.list, "list", false, "list workloads and policies, then exit")
-	fs.StringVar(&o.wasm, "wasm", "", "gpuroute plugin module for the gpuroute policy (build/gpuroute.wasm)")
+	fs.StringVar(&o.wasm, "wasm", "build/gpuroute.wasm", "gpuroute plugin module for the gpuroute policy (build/gpuroute.wasm)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
