@@ -192,27 +192,55 @@ func (x *PrefixIndex) Record(replica int, chain []uint64) {
 		return
 	}
 	x.clock++
-	rep := uint16(replica + 1)
 	for pos := range chain {
-		if !x.isCheckpoint(pos, len(chain)) {
-			continue
+		if x.isCheckpoint(pos, len(chain)) {
+			x.put(replica, chain[pos])
 		}
-		h := uint32(chain[pos] >> 32)
-		if i := x.find(h, rep); i >= 0 {
-			x.slots[i].stamp = x.clock
-			continue
-		}
-		if c := x.capN[replica]; c > 0 && x.count[replica] >= c {
-			x.evict(replica)
-		}
-		if x.used >= x.cfg.MaxEntries {
-			x.evict(-1)
-		}
-		if x.used+x.dead >= int(x.mask+1)*7/8 {
-			x.rebuild()
-		}
-		x.insert(indexEntry{hash: h, stamp: x.clock, rep: rep})
 	}
+}
+
+// AppendCheckpoints appends to dst the hashes of chain that Record stores
+// (every Stride-th block and the last): all another index needs to record
+// the same chain with RecordCheckpoints, in about 1/Stride of the space.
+func (x *PrefixIndex) AppendCheckpoints(dst, chain []uint64) []uint64 {
+	for pos := range chain {
+		if x.isCheckpoint(pos, len(chain)) {
+			dst = append(dst, chain[pos])
+		}
+	}
+	return dst
+}
+
+// RecordCheckpoints is Record for a chain reduced by AppendCheckpoints of
+// an index with the same Stride.
+func (x *PrefixIndex) RecordCheckpoints(replica int, checkpoints []uint64) {
+	if replica < 0 || replica >= len(x.count) || len(checkpoints) == 0 {
+		return
+	}
+	x.clock++
+	for _, h := range checkpoints {
+		x.put(replica, h)
+	}
+}
+
+// put inserts or refreshes one checkpoint of replica at the current clock.
+func (x *PrefixIndex) put(replica int, chainHash uint64) {
+	rep := uint16(replica + 1)
+	h := uint32(chainHash >> 32)
+	if i := x.find(h, rep); i >= 0 {
+		x.slots[i].stamp = x.clock
+		return
+	}
+	if c := x.capN[replica]; c > 0 && x.count[replica] >= c {
+		x.evict(replica)
+	}
+	if x.used >= x.cfg.MaxEntries {
+		x.evict(-1)
+	}
+	if x.used+x.dead >= int(x.mask+1)*7/8 {
+		x.rebuild()
+	}
+	x.insert(indexEntry{hash: h, stamp: x.clock, rep: rep})
 }
 
 func (x *PrefixIndex) insert(e indexEntry) {

@@ -3,6 +3,7 @@ package scoring
 import (
 	"bytes"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -226,6 +227,32 @@ func BenchmarkIndexDecode(b *testing.B) {
 	for b.Loop() {
 		if err := y.UnmarshalBinary(enc); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestRecordCheckpoints: recording a chain's checkpoints in one index gives
+// the same lookups as recording the chain in another.
+func TestRecordCheckpoints(t *testing.T) {
+	cfg := IndexConfig{BlockChars: 64, Stride: 8, MaxReplicas: 4}
+	full, sparse := NewPrefixIndex(cfg), NewPrefixIndex(cfg)
+	var h PrefixHasher
+	h.Init(64, 0)
+	h.Reset("m", "")
+	h.Write([]byte(strings.Repeat("0123456789abcdef", 300))) // 75 blocks
+	chain := h.Chain()
+	full.Record(2, chain)
+	cps := full.AppendCheckpoints(nil, chain)
+	if want := len(chain)/8 + 1; len(cps) != want {
+		t.Fatalf("AppendCheckpoints(%d blocks, stride 8) = %d hashes, want %d", len(chain), len(cps), want)
+	}
+	sparse.RecordCheckpoints(2, cps)
+	a, b := make([]int, 4), make([]int, 4)
+	for _, n := range []int{1, 7, 8, 20, 74, 75} {
+		full.Lookup(chain[:n], a)
+		sparse.Lookup(chain[:n], b)
+		if a[2] != b[2] || a[2] == 0 && n >= 8 {
+			t.Errorf("Lookup(%d blocks) = %d (recorded) vs %d (from checkpoints)", n, a[2], b[2])
 		}
 	}
 }

@@ -1,10 +1,11 @@
 package fleet
 
-// Outbox buffers this worker's dispatches (replica, prefix chain) between
-// ticks: the request path Pushes each decision locally, and the tick Drains
-// the outbox into the shared scoring.PrefixIndex (read, Record each entry,
-// write back with CAS). Chains are copied into one backing array allocated by
-// NewOutbox, so Push never allocates. When full, Push overwrites the oldest
+// Outbox buffers this worker's dispatches (replica, prefix chain or the
+// chain's checkpoints, scoring.PrefixIndex.AppendCheckpoints) between ticks:
+// the request path Pushes each decision locally, and the tick merges the
+// outbox into the shared scoring.PrefixIndex (read, record each entry,
+// write back with CAS). Hashes are copied into one backing array allocated
+// by NewOutbox, so Push never allocates. When full, Push overwrites the oldest
 // entry (counted by Dropped): losing an old hint only costs a prefix-cache
 // guess, never correctness. The zero Outbox has no capacity and drops every
 // push. Not safe for concurrent use (one per VM).

@@ -20,8 +20,19 @@ const (
 	maxInFlight    = 1 << 14 // concurrent requests one worker accounts for
 	maxChainBytes  = 1 << 20 // prompt characters hashed into the chain
 	outboxEntries  = 256     // dispatches between two prefix-index merges
-	outboxBlocks   = 256     // chain blocks shared per dispatch (16k chars at 64-char blocks)
 	maxFreeStreams = 1024
+	// indexStride checkpoints every 16th block: k resolves to 256 tokens
+	// at 64-char blocks (~40 ms of H100 prefill), and one checkpoint stands
+	// for 256 tokens of KV, so the shared index covers a whole fleet's KV in
+	// tens of thousands of entries.
+	indexStride = 16
+	// outboxHashes is the checkpoints shared per dispatch: prompts up to
+	// 4096 blocks (256k characters); a longer one shares its beginning.
+	outboxHashes = 4096/indexStride + 1
+	// Bounds of the shared index's entry budget (10 bytes each, copied on
+	// every read of shared data: at most 640 KB).
+	minIndexEntries = 4096
+	maxIndexEntries = 1 << 16
 )
 
 // root is one root (plugin) context: a configuration and everything the
@@ -68,6 +79,9 @@ type root struct {
 	registry   fleet.Registry
 	registered bool
 	keyScratch []byte
+	// checkpoints is scratch for a dispatch's chain reduced to the hashes
+	// the index stores (what the outbox shares).
+	checkpoints []uint64
 
 	// Scraping (scrape.go): one parser per replica (engines differ), the
 	// calls in flight, and the leader's copy of the snapshot it publishes.
@@ -158,16 +172,14 @@ func (r *root) setup(cfg *config.Config) error {
 	}
 	r.applyDrains()
 	r.ledger = scoring.NewLedger(r.params, n, maxInFlight)
-	r.index = scoring.NewPrefixIndex(scoring.IndexConfig{BlockChars: cfg.BlockChars, MaxReplicas: n})
-	for i := range cfg.Replicas {
-		if kv := cfg.Replicas[i].KVCapacityTokens; kv > 0 {
-			r.index.SetCapacityTokens(i, kv)
-		} else {
-			r.index.SetCapacityTokens(i, r.priors[i].KVCapacityTokens)
-		}
+	r.index = scoring.NewPrefixIndex(scoring.IndexConfig{BlockChars: cfg.BlockChars, MaxReplicas: n,
+		Stride: indexStride, MaxEntries: indexEntries(cfg.BlockChars, r.priors)})
+	for i := range r.priors {
+		r.index.SetCapacityTokens(i, r.priors[i].KVCapacityTokens)
 	}
 	r.hasher.Init(cfg.BlockChars, maxChainBytes/cfg.BlockChars)
-	r.outbox = fleet.NewOutbox(outboxEntries, outboxBlocks)
+	r.outbox = fleet.NewOutbox(outboxEntries, outboxHashes)
+	r.checkpoints = make([]uint64, 0, outboxHashes)
 	r.snap.ConfigID = r.configID
 	r.snap.SetLen(n)
 	r.board.ConfigID = r.configID
@@ -229,9 +241,21 @@ func (r *root) NewHttpContext(contextID uint32) types.HttpContext {
 	return s
 }
 
-// recordPrefix records a dispatch in the prefix index; a method value kept
-// on the root so the tick's outbox merge passes it without allocating.
-func (r *root) recordPrefix(replica int, chain []uint64) { r.index.Record(replica, chain) }
+// recordPrefix records a shared dispatch's checkpoints in the prefix index.
+func (r *root) recordPrefix(replica int, checkpoints []uint64) {
+	r.index.RecordCheckpoints(replica, checkpoints)
+}
+
+// indexEntries sizes the prefix index to the fleet: one checkpoint per
+// indexStride blocks of every replica's KV cache, with a quarter of slack.
+func indexEntries(blockChars int, profiles []scoring.Hardware) int {
+	tokensPerEntry := max(indexStride*blockChars/scoring.CharsPerToken, 1)
+	total := 0
+	for i := range profiles {
+		total += profiles[i].KVCapacityTokens / tokensPerEntry
+	}
+	return min(max(total*5/4, minIndexEntries), maxIndexEntries)
+}
 
 // logPrefix prefixes log lines with the root id, precomputed once.
 type logPrefix string

@@ -134,7 +134,8 @@ func (s *stream) route(body []byte, truncated bool) types.Action {
 	}
 	if len(req.Chain) > 0 {
 		r.index.Record(d.Index, req.Chain)
-		r.outbox.Push(d.Index, req.Chain)
+		r.checkpoints = r.index.AppendCheckpoints(r.checkpoints[:0], req.Chain)
+		r.outbox.Push(d.Index, r.checkpoints)
 	}
 	s.addr = r.replicas[d.Index].Addr
 	s.liveAt = len(r.vm.live)
