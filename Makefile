@@ -45,5 +45,15 @@ lint: ## gofmt, go vet (native and wasip1), the wasip1 build of scoring and plug
 	GOOS=wasip1 GOARCH=wasm $(GO) vet ./scoring/... ./plugin/...
 	GOOS=wasip1 GOARCH=wasm $(GO) build ./scoring/...
 
+# Istio WasmPlugin image: an OCI image layout in build/oci (compat variant of
+# the Wasm image spec; OCI_VARIANT=oci for the two-layer variant). Push it with
+# e.g. `crane push build/oci REGISTRY/gpuroute:TAG`. See examples/istio/README.md.
+OCI_DIR     ?= build/oci
+OCI_REF     ?= gpuroute:dev
+OCI_VARIANT ?= compat
+.PHONY: oci
+oci: wasm ## package build/gpuroute.wasm as an OCI image layout in build/oci (Istio WasmPlugin)
+	$(GO) run ./examples/cmd/gpuroute-oci -wasm $(WASM) -out $(OCI_DIR) -ref $(OCI_REF) -variant $(OCI_VARIANT)
+
 clean: ## remove build outputs
 	rm -rf build
