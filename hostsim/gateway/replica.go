@@ -56,6 +56,7 @@ const (
 	blockTokens      = 16
 	blockChars       = blockTokens * charsPerToken
 	defaultMaxTokens = 16
+	maxOutputTokens  = 1 << 16 // vLLM refuses max_tokens beyond the context too
 	defaultMaxLoras  = 4
 	defaultHostLoras = 8
 )
@@ -267,8 +268,8 @@ func (r *Replica) serveCompletion(w http.ResponseWriter, req *http.Request) {
 	maxTokens := defaultMaxTokens
 	for _, p := range []*int{c.MaxTokens, c.MaxCompletionTokens} {
 		if p != nil {
-			if *p < 1 {
-				openAIError(w, http.StatusBadRequest, "replica: max_tokens must be >= 1, got "+strconv.Itoa(*p))
+			if *p < 1 || *p > maxOutputTokens {
+				openAIError(w, http.StatusBadRequest, "replica: max_tokens must be in [1, "+strconv.Itoa(maxOutputTokens)+"], got "+strconv.Itoa(*p))
 				return
 			}
 			maxTokens = *p
