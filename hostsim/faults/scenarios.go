@@ -192,7 +192,8 @@ func runAllDown(o Options, res *Result) {
 	crashAt := e.h.Now()
 	firstLocal := time.Duration(-1)
 	lostBefore := 0
-	n := o.requests()
+	// At least 2.5 s of load after the crash: detection takes about 650 ms.
+	n := max(o.requests(), 1100)
 	for i := range n - 100 {
 		if e.failed() {
 			break
