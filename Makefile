@@ -11,7 +11,7 @@ TESTTIMEOUT ?= 8m
 .PHONY: help wasm test demo bench fuzz lint clean e2e
 
 help: ## list targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 wasm: $(WASM) ## build the plugin module (build/gpuroute.wasm)
 
