@@ -51,6 +51,9 @@ type Options struct {
 	ClockStep time.Duration
 	// Logger receives the gateway's and the plugin's log lines; nil discards.
 	Logger *log.Logger
+	// PluginLogLevel drops plugin log lines below it (and is what the
+	// plugin's proxy_get_log_level reads); the zero value keeps all.
+	PluginLogLevel hostsim.LogLevel
 	// Transport carries upstream requests and metric calls; nil means a
 	// transport without proxies or compression (SSE passes through as sent).
 	Transport http.RoundTripper
@@ -132,7 +135,7 @@ func New(ctx context.Context, opts Options) (*Gateway, error) {
 	g.host = hostsim.NewHost(hostsim.Options{
 		// The guest reads wall time through WASI: drain deadlines are Unix ms.
 		Start:    start,
-		LogLevel: hostsim.LogInfo,
+		LogLevel: opts.PluginLogLevel,
 		LogSink:  func(e hostsim.LogEntry) { logger.Print("plugin: ", e.String()) },
 	})
 	mod, err := g.host.Compile(ctx, opts.WASM)
