@@ -115,9 +115,45 @@ func (g *Gateway) ReloadFile(path string, force bool) error {
 }
 
 // WatchFile polls path's modification time and size every interval and
-// reloads it when either changes (no fsnotify: polling is portable and
-// cheap for one file). It returns when ctx ends; errors are logged.
+// reloads the plugin configuration when either changes (no fsnotify:
+// polling is portable and cheap for one file). It returns when ctx ends;
+// errors are logged.
 func (g *Gateway) WatchFile(ctx context.Context, path string, interval time.Duration) {
+	poll(ctx, path, interval, func() {
+		if err := g.ReloadFile(path, false); err != nil {
+			g.log.Print(err, "; the previous configuration keeps serving")
+		}
+	})
+}
+
+// ReloadModuleFile reads a module file and swaps it in if it differs from
+// the serving one (force swaps anyway).
+func (g *Gateway) ReloadModuleFile(ctx context.Context, path string, force bool) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return errors.New("gateway: reload module: " + err.Error())
+	}
+	g.cfgMu.Lock()
+	same := bytes.Equal(b, g.lastWASM)
+	g.cfgMu.Unlock()
+	if same && !force {
+		return nil
+	}
+	return g.ReloadModule(ctx, b)
+}
+
+// WatchModule is WatchFile for the module file: a changed module is swapped
+// in with ReloadModule.
+func (g *Gateway) WatchModule(ctx context.Context, path string, interval time.Duration) {
+	poll(ctx, path, interval, func() {
+		if err := g.ReloadModuleFile(ctx, path, false); err != nil {
+			g.log.Print(err)
+		}
+	})
+}
+
+// poll calls changed whenever path's modification time or size changes.
+func poll(ctx context.Context, path string, interval time.Duration, changed func()) {
 	var lastMod time.Time
 	lastSize := int64(-1)
 	if fi, err := os.Stat(path); err == nil {
@@ -132,15 +168,10 @@ func (g *Gateway) WatchFile(ctx context.Context, path string, interval time.Dura
 		case <-t.C:
 		}
 		fi, err := os.Stat(path)
-		if err != nil {
-			continue
-		}
-		if fi.ModTime().Equal(lastMod) && fi.Size() == lastSize {
+		if err != nil || (fi.ModTime().Equal(lastMod) && fi.Size() == lastSize) {
 			continue
 		}
 		lastMod, lastSize = fi.ModTime(), fi.Size()
-		if err := g.ReloadFile(path, false); err != nil {
-			g.log.Print(err, "; the previous configuration keeps serving")
-		}
+		changed()
 	}
 }

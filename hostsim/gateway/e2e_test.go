@@ -19,6 +19,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gpuroute/gpuroute/hostsim"
 )
 
 // End-to-end tests over loopback: three simulated replicas, the gateway
@@ -590,4 +592,55 @@ func (s syncWriter) Write(p []byte) (int, error) {
 
 func newTestLogger(w io.Writer, mu *sync.Mutex) *log.Logger {
 	return log.New(syncWriter{mu: mu, w: w}, "", log.Lmicroseconds)
+}
+
+// TestE2EModuleReload: a new module takes new requests while a stream on
+// the old one completes; the old VMs close once idle; a module that does
+// not compile is refused and the serving one stays.
+func TestE2EModuleReload(t *testing.T) {
+	f := newFixture(t, 2)
+	base := f.srv.URL() + "/v1"
+	ch := goClient{}.stream(t, base, sharedPrompt, 150, "")
+	if ev := <-ch; ev.Type != "headers" || ev.Status != http.StatusOK {
+		t.Fatalf("first event = %+v, want 200 headers", ev)
+	}
+	f.gw.vmsMu.RLock()
+	old := f.gw.vms
+	f.gw.vmsMu.RUnlock()
+	if err := f.gw.ReloadModule(context.Background(), readWASM(t)); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.gw.ModuleGeneration(); got != 2 {
+		t.Errorf("ModuleGeneration() = %d, want 2", got)
+	}
+	if r := collect(t, goClient{}.stream(t, base, "after the swap", 4, ""), 10*time.Second); !r.finished || r.content != expectedText(4) {
+		t.Errorf("request on the new module = %+v, want %q", r, expectedText(4))
+	}
+	rest := collect(t, ch, 10*time.Second)
+	if !rest.finished || rest.content != expectedText(150) {
+		t.Errorf("stream across the module swap: finished %v err %q, %d chunks, want all 150 tokens", rest.finished, rest.err, rest.chunks)
+	}
+	for end := time.Now().Add(5 * time.Second); ; {
+		root := old[0].Root(DefaultID)
+		if root == nil {
+			break // Close retired the roots
+		}
+		s, err := root.NewStream()
+		if errors.Is(err, hostsim.ErrVMClosed) {
+			break
+		}
+		if err == nil {
+			_ = s.Done()
+		}
+		if time.Now().After(end) {
+			t.Fatalf("old worker VM still open 5 s after its last stream (NewStream error %v)", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := f.gw.ReloadModule(context.Background(), []byte("not wasm")); err == nil {
+		t.Error("ReloadModule(not wasm) = nil, want an error")
+	}
+	if r := collect(t, goClient{}.stream(t, base, "after the refusal", 2, ""), 10*time.Second); !r.finished {
+		t.Errorf("request after a refused module = %+v, want served", r)
+	}
 }

@@ -70,7 +70,9 @@ type Gateway struct {
 	opts    Options
 	log     *log.Logger
 	host    *hostsim.Host
+	vmsMu   sync.RWMutex // guards vms: a module reload swaps them
 	vms     []*hostsim.VM
+	modGen  atomic.Uint64
 	start   time.Time // wall time the virtual clock's 0 stands for
 	client  *http.Client
 	next    atomic.Uint64
@@ -83,9 +85,11 @@ type Gateway struct {
 	cfgMu    sync.Mutex // serializes reconfigurations
 	clusters map[string]bool
 	lastCfg  []byte
+	lastWASM []byte
 
 	liveMu sync.Mutex
-	live   map[*hostsim.Stream]context.CancelFunc
+	live   map[*hostsim.Stream]liveStream
+	users  map[*hostsim.VM]int // requests holding each VM, from pick to done
 }
 
 var _ http.Handler = (*Gateway)(nil)
@@ -129,7 +133,8 @@ func New(ctx context.Context, opts Options) (*Gateway, error) {
 		start:    start,
 		client:   &http.Client{Transport: tr},
 		clusters: map[string]bool{},
-		live:     map[*hostsim.Stream]context.CancelFunc{},
+		live:     map[*hostsim.Stream]liveStream{},
+		users:    map[*hostsim.VM]int{},
 		stopped:  make(chan struct{}),
 	}
 	g.host = hostsim.NewHost(hostsim.Options{
@@ -138,31 +143,97 @@ func New(ctx context.Context, opts Options) (*Gateway, error) {
 		LogLevel: opts.PluginLogLevel,
 		LogSink:  func(e hostsim.LogEntry) { logger.Print("plugin: ", e.String()) },
 	})
-	mod, err := g.host.Compile(ctx, opts.WASM)
+	g.registerClusters(opts.PluginConfig)
+	vms, err := g.startVMs(ctx, opts.WASM, opts.PluginConfig)
 	if err != nil {
 		g.host.Close()
 		return nil, errors.New("gateway: " + err.Error())
 	}
-	g.registerClusters(opts.PluginConfig)
-	for i := 0; i < opts.Workers; i++ {
-		vm, err := g.host.NewVM(ctx, mod, opts.VMID, nil)
-		if err != nil {
-			g.host.Close()
-			return nil, errors.New("gateway: worker " + strconv.Itoa(i) + ": " + err.Error())
-		}
-		if _, err := vm.Configure(opts.RootID, opts.PluginConfig); err != nil {
-			g.host.Close()
-			return nil, errors.New("gateway: worker " + strconv.Itoa(i) + ": " + err.Error())
-		}
-		g.vms = append(g.vms, vm)
-	}
+	g.vms = vms
 	g.lastCfg = append([]byte(nil), opts.PluginConfig...)
+	g.lastWASM = opts.WASM
 	g.gen.Store(1)
+	g.modGen.Store(1)
 	cctx, cancel := context.WithCancel(context.Background())
 	g.cancel = cancel
 	go g.runClock(cctx)
 	return g, nil
 }
+
+// startVMs compiles wasm and starts the worker VMs with cfg; on failure it
+// closes the ones it started.
+func (g *Gateway) startVMs(ctx context.Context, wasm, cfg []byte) ([]*hostsim.VM, error) {
+	mod, err := g.host.Compile(ctx, wasm)
+	if err != nil {
+		return nil, err
+	}
+	var vms []*hostsim.VM
+	fail := func(i int, err error) ([]*hostsim.VM, error) {
+		for _, vm := range vms {
+			_ = vm.Close()
+		}
+		return nil, errors.New("worker " + strconv.Itoa(i) + ": " + err.Error())
+	}
+	for i := 0; i < g.opts.Workers; i++ {
+		vm, err := g.host.NewVM(ctx, mod, g.opts.VMID, nil)
+		if err != nil {
+			return fail(i, err)
+		}
+		vms = append(vms, vm)
+		if _, err := vm.Configure(g.opts.RootID, cfg); err != nil {
+			return fail(i, err)
+		}
+	}
+	return vms, nil
+}
+
+// ReloadModule swaps in a new plugin module, as Envoy does when ECDS or an
+// Istio WasmPlugin delivers one: new worker VMs (same vm_id, so shared data
+// survives while any VM of it lives) with the serving configuration take
+// new requests; the old VMs finish their streams and are then closed. If
+// the module fails to compile, start or configure, the old one keeps serving.
+func (g *Gateway) ReloadModule(ctx context.Context, wasm []byte) error {
+	g.cfgMu.Lock()
+	defer g.cfgMu.Unlock()
+	vms, err := g.startVMs(ctx, wasm, g.lastCfg)
+	if err != nil {
+		return errors.New("gateway: reload module: " + err.Error() + "; the previous module keeps serving")
+	}
+	g.vmsMu.Lock()
+	old := g.vms
+	g.vms = vms
+	g.vmsMu.Unlock()
+	g.lastWASM = wasm
+	g.modGen.Add(1)
+	g.log.Printf("gateway: plugin module %d started (%d bytes, %d workers)", g.modGen.Load(), len(wasm), len(vms))
+	go g.retire(old)
+	return nil
+}
+
+// retire closes VMs once no stream runs on them any more.
+func (g *Gateway) retire(vms []*hostsim.VM) {
+	for g.streamsOn(vms) > 0 {
+		time.Sleep(g.opts.ClockStep)
+	}
+	for _, vm := range vms {
+		if err := vm.Close(); err != nil {
+			g.log.Print("gateway: close retired worker: ", err)
+		}
+	}
+}
+
+func (g *Gateway) streamsOn(vms []*hostsim.VM) int {
+	g.liveMu.Lock()
+	defer g.liveMu.Unlock()
+	n := 0
+	for _, vm := range vms {
+		n += g.users[vm]
+	}
+	return n
+}
+
+// ModuleGeneration counts the modules started so far (1 after New).
+func (g *Gateway) ModuleGeneration() uint64 { return g.modGen.Load() }
 
 // Host returns the hostsim host (stats, shared data, logs).
 func (g *Gateway) Host() *hostsim.Host { return g.host }
@@ -221,9 +292,9 @@ func (g *Gateway) advanceLocked() {
 func (g *Gateway) cancelClosed() {
 	g.liveMu.Lock()
 	defer g.liveMu.Unlock()
-	for s, cancel := range g.live {
+	for s, l := range g.live {
 		if s.Closed(hostsim.StreamResponse) || s.Closed(hostsim.StreamRequest) {
-			cancel()
+			l.cancel()
 		}
 	}
 }
@@ -240,7 +311,10 @@ func (g *Gateway) Reconfigure(cfg []byte) error {
 
 func (g *Gateway) reconfigureLocked(cfg []byte) error {
 	g.registerClusters(cfg)
-	for i, vm := range g.vms {
+	g.vmsMu.RLock()
+	vms := g.vms
+	g.vmsMu.RUnlock()
+	for i, vm := range vms {
 		if _, err := vm.Configure(g.opts.RootID, cfg); err != nil {
 			if i > 0 {
 				err = errors.New(err.Error() + " (workers 0–" + strconv.Itoa(i-1) + " took the new configuration)")
@@ -289,16 +363,33 @@ func (g *Gateway) registerClusters(cfg []byte) {
 	}
 }
 
-// pickVM deals requests to the live worker VMs round robin.
+// pickVM deals requests to the live worker VMs round robin and counts the
+// request as a user of the VM until release. Holding vmsMu while counting
+// means a module reload, which swaps under the write lock, sees every user
+// of the VMs it retires.
 func (g *Gateway) pickVM() (*hostsim.VM, error) {
-	n := len(g.vms)
+	g.vmsMu.RLock()
+	defer g.vmsMu.RUnlock()
+	vms := g.vms
+	n := len(vms)
 	for range n {
-		vm := g.vms[int(g.next.Add(1)-1)%n]
+		vm := vms[int(g.next.Add(1)-1)%n]
 		if vm.Err() == nil {
+			g.liveMu.Lock()
+			g.users[vm]++
+			g.liveMu.Unlock()
 			return vm, nil
 		}
 	}
-	return nil, errors.New("gateway: every worker VM failed; first: " + g.vms[0].Err().Error())
+	return nil, errors.New("gateway: every worker VM failed; first: " + vms[0].Err().Error())
+}
+
+func (g *Gateway) releaseVM(vm *hostsim.VM) {
+	g.liveMu.Lock()
+	if g.users[vm]--; g.users[vm] <= 0 {
+		delete(g.users, vm)
+	}
+	g.liveMu.Unlock()
 }
 
 // hopByHop are the connection-specific headers a proxy does not forward
@@ -322,6 +413,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		g.localError(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}
+	defer g.releaseVM(vm)
 	root := vm.Root(g.opts.RootID)
 	if root == nil {
 		g.localError(w, http.StatusServiceUnavailable, "gateway: worker "+vm.ID()+" has no root "+strconv.Quote(g.opts.RootID))
@@ -335,7 +427,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	ctx, cancel := context.WithCancel(req.Context())
 	defer cancel()
 	g.liveMu.Lock()
-	g.live[s] = cancel
+	g.live[s] = liveStream{cancel: cancel}
 	g.liveMu.Unlock()
 	defer func() {
 		g.liveMu.Lock()
@@ -347,6 +439,12 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}()
 	p := &proxied{g: g, s: s, w: w, req: req, ctx: ctx}
 	p.serve()
+}
+
+// liveStream is a stream in flight: the cancel of its upstream request
+// (a plugin reset ends it).
+type liveStream struct {
+	cancel context.CancelFunc
 }
 
 // localError answers an error of the gateway itself (not the plugin's) in

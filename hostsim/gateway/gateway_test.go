@@ -176,8 +176,8 @@ func TestReplicaTTFT(t *testing.T) {
 		post(r, PathCompletions, `{"model":"sql-lora","prompt":"x","max_tokens":1}`)
 	}
 	qs = r.Requests()
-	if qs[0].TTFT < 200*time.Millisecond || qs[1].TTFT > 100*time.Millisecond {
-		t.Errorf("adapter TTFT first %v, second %v: want >= 200ms (storage load), then < 100ms", qs[0].TTFT, qs[1].TTFT)
+	if qs[0].TTFT < 200*time.Millisecond || qs[1].TTFT > 150*time.Millisecond {
+		t.Errorf("adapter TTFT first %v, second %v: want >= 200ms (storage load), then < 150ms", qs[0].TTFT, qs[1].TTFT)
 	}
 }
 
@@ -298,7 +298,7 @@ func TestGatewayLocalRepliesAndReload(t *testing.T) {
 func TestGatewayClockFollowsWallTime(t *testing.T) {
 	gw := newTestGateway(t, []ReplicaSpec{{Name: "a", Address: "127.0.0.1:9"}}, ConfigOptions{TickMillis: 50})
 	time.Sleep(60 * time.Millisecond)
-	if skew := time.Since(gw.Host().WallTime()); skew < 0 || skew > 50*time.Millisecond {
-		t.Errorf("virtual wall time is %v behind real time, want within [0, 50ms]", skew)
+	if skew := time.Since(gw.Host().WallTime()); skew < 0 || skew > 250*time.Millisecond {
+		t.Errorf("virtual wall time is %v behind real time, want within [0, 250ms]", skew)
 	}
 }

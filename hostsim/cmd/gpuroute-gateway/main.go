@@ -9,7 +9,9 @@
 //	go run ./hostsim/cmd/gpuroute-gateway --plugin-config plugin.json  # your own plugin configuration
 //
 // With --plugin-config FILE the file is the plugin configuration, reloaded
-// when its modification time changes and on SIGHUP; if FILE does not exist
+// when its modification time changes and on SIGHUP; the module file is
+// watched the same way and a changed module replaces the worker VMs (streams
+// in flight finish on the old ones). If FILE does not exist
 // and replicas are given, the generated configuration is written there
 // first (edit it to drain a replica). A replica's metrics_cluster is served
 // by "http://" + its address unless --cluster maps it elsewhere.
@@ -51,7 +53,7 @@ func run(args []string) error {
 	wasmPath := fs.String("wasm", "build/gpuroute.wasm", "plugin module")
 	workers := fs.Int("workers", gateway.DefaultWorkers, "worker VMs (Envoy --concurrency)")
 	cfgPath := fs.String("plugin-config", "", "plugin configuration file (JSON), watched and reloaded on SIGHUP")
-	poll := fs.Duration("poll", time.Second, "how often to check --plugin-config for changes")
+	poll := fs.Duration("poll", time.Second, "how often to check --plugin-config and --wasm for changes")
 	simulate := fs.Int("simulate", 0, "start N simulated replicas on loopback and route to them")
 	simScale := fs.Float64("sim-time-scale", 1, "simulated replicas: modelled seconds are multiplied by this")
 	simHW := fs.String("sim-hardware", "h100", "simulated replicas: hardware profile")
@@ -134,14 +136,17 @@ func run(args []string) error {
 	if *cfgPath != "" {
 		go gw.WatchFile(ctx, *cfgPath, *poll)
 	}
+	go gw.WatchModule(ctx, *wasmPath, *poll)
 	for {
 		select {
 		case <-ctx.Done():
 			logger.Print("shutting down")
 			return nil
 		case <-hup:
+			if err := gw.ReloadModuleFile(ctx, *wasmPath, false); err != nil {
+				logger.Print("SIGHUP: ", err)
+			}
 			if *cfgPath == "" {
-				logger.Print("SIGHUP: no --plugin-config to reload")
 				continue
 			}
 			if err := gw.ReloadFile(*cfgPath, true); err != nil {
