@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -300,5 +301,45 @@ func TestGatewayClockFollowsWallTime(t *testing.T) {
 	time.Sleep(60 * time.Millisecond)
 	if skew := time.Since(gw.Host().WallTime()); skew < 0 || skew > 250*time.Millisecond {
 		t.Errorf("virtual wall time is %v behind real time, want within [0, 250ms]", skew)
+	}
+}
+
+// BenchmarkGatewayRequest measures one non-streamed completion through the
+// gateway (plugin callbacks, upstream hop, response callbacks) against the
+// same request sent to the replica directly, over loopback.
+func BenchmarkGatewayRequest(b *testing.B) {
+	rep := NewReplica(ReplicaOptions{Name: "a", TimeScale: 1e-9})
+	rs, err := Serve("127.0.0.1:0", rep)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rs.Close()
+	cfg, _ := PluginConfig([]ReplicaSpec{{Name: "a", Address: rs.Addr}}, ConfigOptions{TickMillis: 100})
+	gw, err := New(context.Background(), Options{WASM: readWASM(b), Workers: 2, PluginConfig: cfg})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer gw.Close()
+	gs, err := Serve("127.0.0.1:0", gw)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer gs.Close()
+	body := `{"model":"` + testModel + `","messages":[{"role":"user","content":"` + strings.Repeat("hello ", 200) + `"}],"max_tokens":4}`
+	for _, bc := range []struct{ name, url string }{{"direct", rs.URL()}, {"gateway", gs.URL()}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := http.Post(bc.url+PathChatCompletions, "application/json", strings.NewReader(body))
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					b.Fatalf("status %d", resp.StatusCode)
+				}
+			}
+		})
 	}
 }
