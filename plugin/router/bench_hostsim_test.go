@@ -440,3 +440,91 @@ func BenchmarkVMHeap(b *testing.B) {
 	b.ReportMetric(float64(gcs0), "warmup-gcs")
 	f.dumpLogs()
 }
+
+// guestTimer times guest functions through wazero listeners: for each
+// function whose name contains one of match, the inclusive wall time of its
+// outermost calls (wasm has no profiler; this is a poor man's one, with the
+// listener's own cost, about a microsecond a call, included).
+type guestTimer struct {
+	match []string
+	stats map[string]*guestTime
+}
+
+type guestTime struct {
+	name  string
+	calls int
+	depth int
+	since time.Time
+	total time.Duration
+}
+
+func (g *guestTimer) NewFunctionListener(def api.FunctionDefinition) experimental.FunctionListener {
+	name := def.Name()
+	for _, m := range g.match {
+		if m != "" && strings.Contains(name, m) {
+			st := g.stats[name]
+			if st == nil {
+				st = &guestTime{name: name}
+				g.stats[name] = st
+			}
+			return guestTimeListener{st}
+		}
+	}
+	return nil
+}
+
+type guestTimeListener struct{ st *guestTime }
+
+func (l guestTimeListener) Before(context.Context, api.Module, api.FunctionDefinition, []uint64, experimental.StackIterator) {
+	if l.st.depth == 0 {
+		l.st.since = time.Now()
+	}
+	l.st.depth++
+}
+
+func (l guestTimeListener) After(context.Context, api.Module, api.FunctionDefinition, []uint64) {
+	l.st.depth--
+	if l.st.depth == 0 {
+		l.st.total += time.Since(l.st.since)
+		l.st.calls++
+	}
+}
+
+func (l guestTimeListener) Abort(context.Context, api.Module, api.FunctionDefinition, error) {
+	l.After(nil, nil, nil, nil)
+}
+
+// BenchmarkGuestProfile runs BenchmarkRequestPath64's traffic on a module
+// whose functions matching GPUROUTE_BENCH_PROFILE (comma-separated
+// substrings of wasm function names, such as "plugin_router.,scoring.Pick")
+// are timed, and logs their inclusive time per request. Skipped without it.
+func BenchmarkGuestProfile(b *testing.B) {
+	match := os.Getenv("GPUROUTE_BENCH_PROFILE")
+	if match == "" {
+		b.Skip("set GPUROUTE_BENCH_PROFILE to substrings of guest function names")
+	}
+	g := &guestTimer{match: strings.Split(match, ","), stats: map[string]*guestTime{}}
+	ctx := experimental.WithFunctionListenerFactory(context.Background(), g)
+	f := newBenchFleet(b, ctx, hostsim.Options{CompilationCache: wazero.NewCompilationCache()})
+	f.warm(benchWarmup)
+	for _, st := range g.stats {
+		st.calls, st.total = 0, 0
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		f.step()
+	}
+	b.StopTimer()
+	var all []*guestTime
+	for _, st := range g.stats {
+		if st.calls > 0 {
+			all = append(all, st)
+		}
+	}
+	slices.SortFunc(all, func(x, y *guestTime) int { return int(y.total - x.total) })
+	for _, st := range all[:min(len(all), 40)] {
+		b.Logf("%9.2f µs/request %8d calls %9.2f µs/call  %s", micros(st.total)/float64(b.N),
+			st.calls, micros(st.total)/float64(st.calls), st.name)
+	}
+}
