@@ -8,10 +8,10 @@ BENCHTIME ?= 1s
 TESTTIMEOUT ?= 8m
 
 .DEFAULT_GOAL := help
-.PHONY: help wasm test demo bench fuzz lint clean
+.PHONY: help wasm test demo bench fuzz lint clean e2e
 
 help: ## list targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 wasm: $(WASM) ## build the plugin module (build/gpuroute.wasm)
 
@@ -29,8 +29,22 @@ test: wasm ## build the module, then run every test (both legs, fuzz seeds)
 demo: wasm ## build the module and run the demo scenario in hostsim
 	$(GO) run ./hostsim/cmd/gpuroute-sim --wasm $(WASM)
 
+e2e: wasm ## gateway end to end: simulated replicas, the local gateway, net/http and the openai npm client (node required)
+	GPUROUTE_WASM=$(CURDIR)/$(WASM) GPUROUTE_E2E_REQUIRE_NODE=1 $(GO) test -count=1 -run '^TestE2E' -v ./hostsim/gateway/
+
 bench: wasm ## run benchmarks (opt-in; not part of make test)
 	GPUROUTE_WASM=$(CURDIR)/$(WASM) $(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
+
+# The scoring benchmarks natively, then as a wasip1 test binary under wazero's
+# compiler (the engine hostsim runs the plugin in) through hostsim/cmd/wasmexec,
+# a `go test -exec` runner with full WASI; compare the two ns/op columns.
+WASMEXEC := build/wasmexec
+.PHONY: bench-wasm
+bench-wasm: ## scoring benchmarks natively and under wazero (wasip1), to compare
+	@mkdir -p build
+	$(GO) build -o $(WASMEXEC) ./hostsim/cmd/wasmexec
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./scoring
+	GOOS=wasip1 GOARCH=wasm $(GO) test -exec $(CURDIR)/$(WASMEXEC) -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./scoring
 
 fuzz: ## run every fuzz target for FUZZTIME each (opt-in)
 	@set -e; for pkg in $$($(GO) list ./...); do \
@@ -44,6 +58,16 @@ lint: ## gofmt, go vet (native and wasip1), the wasip1 build of scoring and plug
 	$(GO) vet ./...
 	GOOS=wasip1 GOARCH=wasm $(GO) vet ./scoring/... ./plugin/...
 	GOOS=wasip1 GOARCH=wasm $(GO) build ./scoring/...
+
+# Istio WasmPlugin image: an OCI image layout in build/oci (compat variant of
+# the Wasm image spec; OCI_VARIANT=oci for the two-layer variant). Push it with
+# e.g. `crane push build/oci REGISTRY/gpuroute:TAG`. See examples/istio/README.md.
+OCI_DIR     ?= build/oci
+OCI_REF     ?= gpuroute:dev
+OCI_VARIANT ?= compat
+.PHONY: oci
+oci: wasm ## package build/gpuroute.wasm as an OCI image layout in build/oci (Istio WasmPlugin)
+	$(GO) run ./examples/cmd/gpuroute-oci -wasm $(WASM) -out $(OCI_DIR) -ref $(OCI_REF) -variant $(OCI_VARIANT)
 
 clean: ## remove build outputs
 	rm -rf build

@@ -158,6 +158,8 @@ func (l *Ledger) decode(b []byte) error {
 			key:        le64(e[35:]),
 		}
 		f.remaining = remainingOf(f)
+		f.at = int32(len(l.live))
+		l.live = append(l.live, int32(slot))
 		r := &l.reps[rep]
 		if f.dispatched > r.syncedSnap { // syncedSnap is 0 after Reset
 			r.UnseenN++

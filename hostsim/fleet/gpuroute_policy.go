@@ -45,6 +45,9 @@ type GPURouteOptions struct {
 	// OnDecision, if set with DecisionHeader, receives the plugin's
 	// explanation of each routed request when its first token arrives.
 	OnDecision func(at time.Duration, req *Request, replica int, explain string)
+	// OnReject, if set, receives each local reply the plugin sent instead
+	// of routing (status 503 or 429, and its body, which says why).
+	OnReject func(at time.Duration, req *Request, status int, body string)
 }
 
 // GPURoute routes by running the built plugin module (build/gpuroute.wasm)
@@ -382,16 +385,14 @@ func (p *GPURoute) Pick(now time.Duration, req *Request, attempt int) Decision {
 		p.fail("request headers", err)
 	}
 	if lr := s.LocalReply(); lr != nil {
-		_ = s.Done()
-		return Reject(lr.Status)
+		return p.reject(now, req, s, lr)
 	}
 	p.body = req.AppendCompletionBody(p.body[:0])
 	if _, err := s.RequestBody(p.body, true); err != nil {
 		p.fail("request body", err)
 	}
 	if lr := s.LocalReply(); lr != nil {
-		_ = s.Done()
-		return Reject(lr.Status)
+		return p.reject(now, req, s, lr)
 	}
 	dest, ok := s.RequestHeader(headerDestination)
 	if !ok {
@@ -406,6 +407,17 @@ func (p *GPURoute) Pick(now time.Duration, req *Request, attempt int) Decision {
 	}
 	*fl = gpFlight{vm: fl.vm, s: s, replica: i}
 	return Route(i)
+}
+
+// reject ends a stream the plugin answered locally.
+func (p *GPURoute) reject(now time.Duration, req *Request, s *hostsim.Stream, lr *hostsim.LocalReply) Decision {
+	if p.o.OnReject != nil {
+		p.o.OnReject(now, req, lr.Status, string(lr.Body))
+	}
+	if err := s.Done(); err != nil {
+		p.fail("stream done", err)
+	}
+	return Reject(lr.Status)
 }
 
 func (p *GPURoute) fail(phase string, err error) {

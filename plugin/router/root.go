@@ -85,9 +85,10 @@ type root struct {
 
 	// Scraping (scrape.go): one parser per replica (engines differ), the
 	// calls in flight, and the leader's copy of the snapshot it publishes.
-	parsers  []*metrics.Parser
-	sample   metrics.Sample
-	scraping int
+	parsers    []*metrics.Parser
+	scrapeDone []func(numHeaders, bodySize, numTrailers int) // per replica
+	sample     metrics.Sample
+	scraping   int
 
 	// free recycles stream contexts so a new stream allocates nothing in
 	// steady state (live streams are on the vm).
@@ -140,6 +141,7 @@ func (r *root) setup(cfg *config.Config) error {
 	r.priors = make([]scoring.Hardware, n)
 	r.calibrators = make([]scoring.Calibrator, n)
 	r.parsers = make([]*metrics.Parser, n)
+	r.scrapeDone = r.scrapeCallbacks(n)
 	r.cached = make([]int, n)
 	r.peerWork = make([]scoring.Work, n)
 	names := make([]string, n)

@@ -43,6 +43,7 @@ type options struct {
 }
 
 func main() {
+	faultsMain(os.Args[1:]) // --faults: the reliability report (faults.go); exits when asked
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "gpuroute-sim:", err)
 		os.Exit(1)

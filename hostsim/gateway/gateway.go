@@ -1,0 +1,755 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gpuroute/gpuroute/hostsim"
+)
+
+// Defaults of Options.
+const (
+	DefaultWorkers   = 2
+	DefaultID        = "gpuroute"
+	DefaultClockStep = 5 * time.Millisecond
+	// DefaultMaxRequestBytes bounds a request body the gateway reads
+	// (Envoy's per-stream buffer limit is of this order for a buffering filter).
+	DefaultMaxRequestBytes = 16 << 20
+)
+
+// Options configures a Gateway.
+type Options struct {
+	// WASM is the plugin module (build/gpuroute.wasm).
+	WASM []byte
+	// Workers is the number of worker VMs (Envoy's --concurrency); requests
+	// are dealt to them round robin. 0 means DefaultWorkers.
+	Workers int
+	// VMID and RootID are the plugin's vm_id and root_id; "" means "gpuroute".
+	VMID, RootID string
+	// PluginConfig is the first plugin configuration (JSON).
+	PluginConfig []byte
+	// Clusters maps proxy_http_call cluster names to base URLs. A
+	// replica's metrics_cluster that is not listed is served by the
+	// replica's own address ("http://" + address), where vLLM serves
+	// /metrics.
+	Clusters map[string]string
+	// ClockStep is how often the virtual clock is brought up to wall time
+	// (ticks and http_call responses fire then); 0 means DefaultClockStep.
+	ClockStep time.Duration
+	// Logger receives the gateway's and the plugin's log lines; nil discards.
+	Logger *log.Logger
+	// PluginLogLevel drops plugin log lines below it (and is what the
+	// plugin's proxy_get_log_level reads); the zero value keeps all.
+	PluginLogLevel hostsim.LogLevel
+	// Transport carries upstream requests and metric calls; nil means a
+	// transport without proxies or compression (SSE passes through as sent).
+	Transport http.RoundTripper
+	// MaxRequestBytes bounds request bodies (413 past it); 0 means
+	// DefaultMaxRequestBytes.
+	MaxRequestBytes int64
+}
+
+// Gateway hosts the plugin like Envoy's HTTP filter chain and forwards each
+// request to the replica the plugin picked (ORIGINAL_DST on
+// HeaderDestination). It is an http.Handler; ServeHTTP is safe for
+// concurrent use. The zero value is not usable: call New.
+type Gateway struct {
+	opts    Options
+	log     *log.Logger
+	host    *hostsim.Host
+	vmsMu   sync.RWMutex // guards vms: a module reload swaps them
+	vms     []*hostsim.VM
+	modGen  atomic.Uint64
+	start   time.Time // wall time the virtual clock's 0 stands for
+	client  *http.Client
+	next    atomic.Uint64
+	gen     atomic.Uint64
+	cancel  context.CancelFunc
+	stopped chan struct{}
+
+	clockMu sync.Mutex // serializes Advance: the clock only moves forward from one caller
+
+	cfgMu    sync.Mutex // serializes reconfigurations
+	clusters map[string]bool
+	lastCfg  []byte
+	lastWASM []byte
+
+	liveMu sync.Mutex
+	live   map[*hostsim.Stream]liveStream
+	users  map[*hostsim.VM]int // requests holding each VM, from pick to done
+}
+
+var _ http.Handler = (*Gateway)(nil)
+
+// New compiles the module, starts the worker VMs with the first plugin
+// configuration and starts the clock. Close it to stop.
+func New(ctx context.Context, opts Options) (*Gateway, error) {
+	if opts.Workers <= 0 {
+		opts.Workers = DefaultWorkers
+	}
+	if opts.VMID == "" {
+		opts.VMID = DefaultID
+	}
+	if opts.RootID == "" {
+		opts.RootID = DefaultID
+	}
+	if opts.ClockStep <= 0 {
+		opts.ClockStep = DefaultClockStep
+	}
+	if opts.MaxRequestBytes <= 0 {
+		opts.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = log.New(io.Discard, "", 0)
+	}
+	tr := opts.Transport
+	if tr == nil {
+		tr = &http.Transport{
+			Proxy:               nil, // loopback replicas: never through an environment proxy
+			DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+			DisableCompression:  true,
+			MaxIdleConnsPerHost: 64,
+			IdleConnTimeout:     90 * time.Second,
+		}
+	}
+	start := time.Now()
+	g := &Gateway{
+		opts:     opts,
+		log:      logger,
+		start:    start,
+		client:   &http.Client{Transport: tr},
+		clusters: map[string]bool{},
+		live:     map[*hostsim.Stream]liveStream{},
+		users:    map[*hostsim.VM]int{},
+		stopped:  make(chan struct{}),
+	}
+	g.host = hostsim.NewHost(hostsim.Options{
+		// The guest reads wall time through WASI: drain deadlines are Unix ms.
+		Start:    start,
+		LogLevel: opts.PluginLogLevel,
+		LogSink:  func(e hostsim.LogEntry) { logger.Print("plugin: ", e.String()) },
+	})
+	g.registerClusters(opts.PluginConfig)
+	vms, err := g.startVMs(ctx, opts.WASM, opts.PluginConfig)
+	if err != nil {
+		g.host.Close()
+		return nil, errors.New("gateway: " + err.Error())
+	}
+	g.vms = vms
+	g.lastCfg = append([]byte(nil), opts.PluginConfig...)
+	g.lastWASM = opts.WASM
+	g.gen.Store(1)
+	g.modGen.Store(1)
+	cctx, cancel := context.WithCancel(context.Background())
+	g.cancel = cancel
+	go g.runClock(cctx)
+	return g, nil
+}
+
+// startVMs compiles wasm and starts the worker VMs with cfg; on failure it
+// closes the ones it started.
+func (g *Gateway) startVMs(ctx context.Context, wasm, cfg []byte) ([]*hostsim.VM, error) {
+	mod, err := g.host.Compile(ctx, wasm)
+	if err != nil {
+		return nil, err
+	}
+	var vms []*hostsim.VM
+	fail := func(i int, err error) ([]*hostsim.VM, error) {
+		for _, vm := range vms {
+			_ = vm.Close()
+		}
+		return nil, errors.New("worker " + strconv.Itoa(i) + ": " + err.Error())
+	}
+	for i := 0; i < g.opts.Workers; i++ {
+		vm, err := g.host.NewVM(ctx, mod, g.opts.VMID, nil)
+		if err != nil {
+			return fail(i, err)
+		}
+		vms = append(vms, vm)
+		if _, err := vm.Configure(g.opts.RootID, cfg); err != nil {
+			return fail(i, err)
+		}
+	}
+	return vms, nil
+}
+
+// ReloadModule swaps in a new plugin module, as Envoy does when ECDS or an
+// Istio WasmPlugin delivers one: new worker VMs (same vm_id, so shared data
+// survives while any VM of it lives) with the serving configuration take
+// new requests; the old VMs finish their streams and are then closed. If
+// the module fails to compile, start or configure, the old one keeps serving.
+func (g *Gateway) ReloadModule(ctx context.Context, wasm []byte) error {
+	g.cfgMu.Lock()
+	defer g.cfgMu.Unlock()
+	vms, err := g.startVMs(ctx, wasm, g.lastCfg)
+	if err != nil {
+		return errors.New("gateway: reload module: " + err.Error() + "; the previous module keeps serving")
+	}
+	g.vmsMu.Lock()
+	old := g.vms
+	g.vms = vms
+	g.vmsMu.Unlock()
+	g.lastWASM = wasm
+	g.modGen.Add(1)
+	g.log.Printf("gateway: plugin module %d started (%d bytes, %d workers)", g.modGen.Load(), len(wasm), len(vms))
+	go g.retire(old)
+	return nil
+}
+
+// retire closes VMs once no stream runs on them any more.
+func (g *Gateway) retire(vms []*hostsim.VM) {
+	for g.streamsOn(vms) > 0 {
+		time.Sleep(g.opts.ClockStep)
+	}
+	for _, vm := range vms {
+		if err := vm.Close(); err != nil {
+			g.log.Print("gateway: close retired worker: ", err)
+		}
+	}
+}
+
+func (g *Gateway) streamsOn(vms []*hostsim.VM) int {
+	g.liveMu.Lock()
+	defer g.liveMu.Unlock()
+	n := 0
+	for _, vm := range vms {
+		n += g.users[vm]
+	}
+	return n
+}
+
+// ModuleGeneration counts the modules started so far (1 after New).
+func (g *Gateway) ModuleGeneration() uint64 { return g.modGen.Load() }
+
+// Host returns the hostsim host (stats, shared data, logs).
+func (g *Gateway) Host() *hostsim.Host { return g.host }
+
+// Generation counts the plugin configurations accepted so far (1 after New).
+func (g *Gateway) Generation() uint64 { return g.gen.Load() }
+
+// Close stops the clock and closes the VMs. In-flight requests fail.
+func (g *Gateway) Close() error {
+	g.cancel()
+	<-g.stopped
+	g.clockMu.Lock()
+	defer g.clockMu.Unlock()
+	return g.host.Close()
+}
+
+// runClock keeps the virtual clock on wall time. hostsim fires ticks and
+// delivers http_call responses from inside Advance, taking each VM's lock
+// for the call, so the clock never runs a VM concurrently with a request.
+func (g *Gateway) runClock(ctx context.Context) {
+	defer close(g.stopped)
+	t := time.NewTicker(g.opts.ClockStep)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			g.clockMu.Lock()
+			g.advanceLocked()
+			g.clockMu.Unlock()
+		}
+	}
+}
+
+// syncClock brings the clock up to wall time unless another goroutine is
+// doing it right now (then it is at most one step behind).
+func (g *Gateway) syncClock() {
+	if g.clockMu.TryLock() {
+		g.advanceLocked()
+		g.clockMu.Unlock()
+	}
+}
+
+func (g *Gateway) advanceLocked() {
+	if d := time.Since(g.start) - g.host.Now(); d > 0 {
+		if err := g.host.Advance(d); err != nil {
+			g.log.Print("gateway: clock: ", err)
+		}
+	}
+	g.cancelClosed()
+}
+
+// cancelClosed cancels the upstream side of streams the plugin reset
+// (proxy_close_stream from a tick, e.g. at a drain deadline).
+func (g *Gateway) cancelClosed() {
+	g.liveMu.Lock()
+	defer g.liveMu.Unlock()
+	for s, l := range g.live {
+		if s.Closed(hostsim.StreamResponse) || s.Closed(hostsim.StreamRequest) {
+			l.cancel()
+		}
+	}
+}
+
+// Reconfigure hands every worker VM a new plugin configuration, as Envoy
+// does on an update: each VM gets a new root context; streams in flight keep
+// the root they started under. If the plugin refuses it, the previous
+// configuration keeps serving and the error says why.
+func (g *Gateway) Reconfigure(cfg []byte) error {
+	g.cfgMu.Lock()
+	defer g.cfgMu.Unlock()
+	return g.reconfigureLocked(cfg)
+}
+
+func (g *Gateway) reconfigureLocked(cfg []byte) error {
+	g.registerClusters(cfg)
+	g.vmsMu.RLock()
+	vms := g.vms
+	g.vmsMu.RUnlock()
+	for i, vm := range vms {
+		if _, err := vm.Configure(g.opts.RootID, cfg); err != nil {
+			if i > 0 {
+				err = errors.New(err.Error() + " (workers 0–" + strconv.Itoa(i-1) + " took the new configuration)")
+			}
+			return errors.New("gateway: reconfigure: " + err.Error())
+		}
+	}
+	g.lastCfg = append(g.lastCfg[:0], cfg...)
+	g.gen.Add(1)
+	g.log.Printf("gateway: plugin configuration %d applied (%d bytes)", g.gen.Load(), len(cfg))
+	return nil
+}
+
+// configReplicas is what the gateway reads from a plugin configuration:
+// the metrics clusters it must be able to reach.
+type configReplicas struct {
+	Replicas []struct {
+		Address        string `json:"address"`
+		MetricsCluster string `json:"metrics_cluster"`
+	} `json:"replicas"`
+}
+
+// registerClusters makes every metrics_cluster of cfg reachable. Clusters
+// are never removed: a retired root may still have a call in flight.
+func (g *Gateway) registerClusters(cfg []byte) {
+	var c configReplicas
+	if json.Unmarshal(cfg, &c) != nil {
+		return // the plugin will refuse it with a better message
+	}
+	for _, r := range c.Replicas {
+		if r.MetricsCluster == "" {
+			continue
+		}
+		base, ok := g.opts.Clusters[r.MetricsCluster]
+		if !ok {
+			base = "http://" + r.Address
+		}
+		g.host.AddCluster(r.MetricsCluster, &hostsim.HTTPCluster{BaseURL: base, Client: g.client})
+		g.clusters[r.MetricsCluster] = true
+	}
+	for name, base := range g.opts.Clusters {
+		if !g.clusters[name] {
+			g.host.AddCluster(name, &hostsim.HTTPCluster{BaseURL: base, Client: g.client})
+			g.clusters[name] = true
+		}
+	}
+}
+
+// pickVM deals requests to the live worker VMs round robin and counts the
+// request as a user of the VM until release. Holding vmsMu while counting
+// means a module reload, which swaps under the write lock, sees every user
+// of the VMs it retires.
+func (g *Gateway) pickVM() (*hostsim.VM, error) {
+	g.vmsMu.RLock()
+	defer g.vmsMu.RUnlock()
+	vms := g.vms
+	n := len(vms)
+	for range n {
+		vm := vms[int(g.next.Add(1)-1)%n]
+		if vm.Err() == nil {
+			g.liveMu.Lock()
+			g.users[vm]++
+			g.liveMu.Unlock()
+			return vm, nil
+		}
+	}
+	return nil, errors.New("gateway: every worker VM failed; first: " + vms[0].Err().Error())
+}
+
+func (g *Gateway) releaseVM(vm *hostsim.VM) {
+	g.liveMu.Lock()
+	if g.users[vm]--; g.users[vm] <= 0 {
+		delete(g.users, vm)
+	}
+	g.liveMu.Unlock()
+}
+
+// hopByHop are the connection-specific headers a proxy does not forward
+// (RFC 9110 §7.6.1; Envoy strips the same set).
+var hopByHop = map[string]bool{
+	"connection": true, "keep-alive": true, "proxy-connection": true, "transfer-encoding": true,
+	"upgrade": true, "te": true, "trailer": true, "proxy-authenticate": true, "proxy-authorization": true,
+}
+
+func requestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// ServeHTTP runs one request through the plugin and the chosen replica.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	g.syncClock()
+	vm, err := g.pickVM()
+	if err != nil {
+		g.localError(w, http.StatusServiceUnavailable, err.Error())
+		return
+	}
+	defer g.releaseVM(vm)
+	root := vm.Root(g.opts.RootID)
+	if root == nil {
+		g.localError(w, http.StatusServiceUnavailable, "gateway: worker "+vm.ID()+" has no root "+strconv.Quote(g.opts.RootID))
+		return
+	}
+	s, err := root.NewStream()
+	if err != nil {
+		g.localError(w, http.StatusInternalServerError, "gateway: "+err.Error())
+		return
+	}
+	ctx, cancel := context.WithCancel(req.Context())
+	defer cancel()
+	g.liveMu.Lock()
+	g.live[s] = liveStream{cancel: cancel}
+	g.liveMu.Unlock()
+	defer func() {
+		g.liveMu.Lock()
+		delete(g.live, s)
+		g.liveMu.Unlock()
+		if err := s.Done(); err != nil {
+			g.log.Print("gateway: stream done: ", err)
+		}
+	}()
+	p := &proxied{g: g, s: s, w: w, req: req, ctx: ctx}
+	p.serve()
+}
+
+// liveStream is a stream in flight: the cancel of its upstream request
+// (a plugin reset ends it).
+type liveStream struct {
+	cancel context.CancelFunc
+}
+
+// localError answers an error of the gateway itself (not the plugin's) in
+// OpenAI's error shape.
+func (g *Gateway) localError(w http.ResponseWriter, status int, msg string) {
+	g.log.Print(msg)
+	openAIError(w, status, msg)
+}
+
+// proxied is one request on its way through the plugin.
+type proxied struct {
+	g   *Gateway
+	s   *hostsim.Stream
+	w   http.ResponseWriter
+	req *http.Request
+	ctx context.Context
+}
+
+// errReset reports that the plugin closed the stream (no local reply).
+var errReset = errors.New("gateway: stream reset by the plugin")
+
+func (p *proxied) serve() {
+	g, s, req := p.g, p.s, p.req
+	hdrs := [][2]string{{":method", req.Method}, {":path", req.URL.RequestURI()}, {":authority", req.Host}, {":scheme", "http"}}
+	for k, vs := range req.Header {
+		lk := strings.ToLower(k)
+		if hopByHop[lk] {
+			continue
+		}
+		for _, v := range vs {
+			hdrs = append(hdrs, [2]string{lk, v})
+		}
+	}
+	if req.Header.Get("x-request-id") == "" {
+		hdrs = append(hdrs, [2]string{"x-request-id", requestID()}) // Envoy generates one
+	}
+	hasBody := req.Body != nil && req.Body != http.NoBody && req.ContentLength != 0
+	if _, err := s.RequestHeaders(hdrs, !hasBody); err != nil {
+		g.localError(p.w, http.StatusInternalServerError, "gateway: request headers: "+err.Error())
+		return
+	}
+	if p.finishedEarly() {
+		return
+	}
+	if hasBody {
+		if !p.requestBody() {
+			return
+		}
+	}
+	// A plugin may hold the request (PAUSE) until it calls continue; wait
+	// for it like Envoy would, or for the client to give up.
+	if !p.waitFor(func() bool { return !s.RequestPaused() }) {
+		return
+	}
+	dest, ok := s.RequestHeader(HeaderDestination)
+	if !ok || dest == "" {
+		// ORIGINAL_DST with use_http_header and no header: no host (Envoy's
+		// "no healthy upstream").
+		g.localError(p.w, http.StatusServiceUnavailable, "gateway: the plugin set no "+HeaderDestination)
+		return
+	}
+	resp, err := p.upstream(dest)
+	if err != nil {
+		if p.resetByPlugin() {
+			panic(http.ErrAbortHandler)
+		}
+		if p.ctx.Err() != nil {
+			return // client gone
+		}
+		g.localError(p.w, http.StatusServiceUnavailable, "gateway: upstream "+strconv.Quote(dest)+": "+err.Error())
+		return
+	}
+	defer resp.Body.Close()
+	if err := p.response(resp); err != nil {
+		if errors.Is(err, errReset) || p.resetByPlugin() {
+			g.log.Print("gateway: ", errReset, " while streaming from ", dest)
+		} else if p.ctx.Err() == nil {
+			g.log.Print("gateway: response from ", dest, ": ", err)
+		}
+		// Headers are out: all a proxy can do is reset the downstream stream.
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// finishedEarly answers a local reply or a reset, if the plugin made one.
+func (p *proxied) finishedEarly() bool {
+	if lr := p.s.LocalReply(); lr != nil {
+		h := p.w.Header()
+		for _, kv := range lr.Headers {
+			if !strings.HasPrefix(kv[0], ":") {
+				h.Add(kv[0], kv[1])
+			}
+		}
+		if len(lr.Body) > 0 && h.Get("content-type") == "" {
+			h.Set("Content-Type", "text/plain")
+		}
+		h.Set("Content-Length", strconv.Itoa(len(lr.Body)))
+		p.w.WriteHeader(lr.Status)
+		_, _ = p.w.Write(lr.Body)
+		return true
+	}
+	if p.s.Ended() {
+		panic(http.ErrAbortHandler)
+	}
+	return false
+}
+
+// requestBody feeds the body to the plugin as it arrives; hostsim
+// accumulates it while the plugin pauses (StopIterationAndBuffer).
+func (p *proxied) requestBody() bool {
+	body := io.LimitReader(p.req.Body, p.g.opts.MaxRequestBytes+1)
+	buf := make([]byte, 32<<10)
+	var total int64
+	for {
+		n, err := body.Read(buf)
+		total += int64(n)
+		if total > p.g.opts.MaxRequestBytes {
+			p.g.localError(p.w, http.StatusRequestEntityTooLarge, "gateway: request body over "+strconv.FormatInt(p.g.opts.MaxRequestBytes, 10)+" bytes")
+			return false
+		}
+		eos := errors.Is(err, io.EOF)
+		if err != nil && !eos {
+			return false // client gone
+		}
+		if n > 0 || eos {
+			if _, err := p.s.RequestBody(buf[:n], eos); err != nil {
+				p.g.localError(p.w, http.StatusInternalServerError, "gateway: request body: "+err.Error())
+				return false
+			}
+			if p.finishedEarly() {
+				return false
+			}
+		}
+		if eos {
+			return true
+		}
+	}
+}
+
+// waitFor polls cond each clock step until it holds (true) or the request
+// ends (false).
+func (p *proxied) waitFor(cond func() bool) bool {
+	for !cond() {
+		if p.finishedEarly() {
+			return false
+		}
+		select {
+		case <-p.ctx.Done():
+			return false
+		case <-time.After(p.g.opts.ClockStep):
+			p.g.syncClock()
+		}
+	}
+	return !p.finishedEarly()
+}
+
+func (p *proxied) resetByPlugin() bool {
+	return p.s.Closed(hostsim.StreamResponse) || p.s.Closed(hostsim.StreamRequest)
+}
+
+// upstream sends the request, as the plugin left it, to the first address
+// of dest that answers (a comma-separated list is override_host's
+// fallbacks, tried in order on connection failure).
+func (p *proxied) upstream(dest string) (*http.Response, error) {
+	body := p.s.RequestBodyForwarded()
+	var lastErr error
+	for _, addr := range strings.Split(dest, ",") {
+		addr = strings.TrimSpace(addr)
+		path := p.req.URL.RequestURI()
+		for _, kv := range p.s.RequestHeaderMap() {
+			if kv[0] == ":path" {
+				path = kv[1]
+			}
+		}
+		out, err := http.NewRequestWithContext(p.ctx, p.req.Method, "http://"+addr+path, bytes.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		for _, kv := range p.s.RequestHeaderMap() {
+			switch {
+			case kv[0] == ":authority":
+				out.Host = kv[1]
+			case strings.HasPrefix(kv[0], ":"), kv[0] == "content-length", hopByHop[kv[0]]:
+			default:
+				out.Header.Add(kv[0], kv[1])
+			}
+		}
+		out.ContentLength = int64(len(body))
+		resp, err := p.g.client.Do(out)
+		if err == nil {
+			return resp, nil
+		}
+		lastErr = err
+		if p.ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, lastErr
+}
+
+// response runs the upstream response through the plugin's response
+// callbacks and on to the client, flushing each chunk as it arrives.
+func (p *proxied) response(resp *http.Response) error {
+	s := p.s
+	hdrs := [][2]string{{":status", strconv.Itoa(resp.StatusCode)}}
+	for k, vs := range resp.Header {
+		lk := strings.ToLower(k)
+		if hopByHop[lk] {
+			continue
+		}
+		for _, v := range vs {
+			hdrs = append(hdrs, [2]string{lk, v})
+		}
+	}
+	if _, err := s.ResponseHeaders(hdrs, false); err != nil {
+		return err
+	}
+	if s.LocalReply() != nil {
+		// A local reply before anything went downstream replaces the response.
+		p.finishedEarly()
+		return nil
+	}
+	if s.Ended() {
+		return errReset
+	}
+	flusher, _ := p.w.(http.Flusher)
+	headersSent := false
+	sendHeaders := func() {
+		if headersSent || s.ResponsePaused() {
+			return
+		}
+		headersSent = true
+		status := resp.StatusCode
+		h := p.w.Header()
+		for _, kv := range s.ResponseHeaderMap() {
+			switch {
+			case kv[0] == ":status":
+				if n, err := strconv.Atoi(kv[1]); err == nil {
+					status = n
+				}
+			case strings.HasPrefix(kv[0], ":"), kv[0] == "content-length":
+				// The plugin may rewrite the body: let net/http frame it.
+			default:
+				h.Add(kv[0], kv[1])
+			}
+		}
+		p.w.WriteHeader(status)
+		if flusher != nil {
+			flusher.Flush()
+		}
+	}
+	sendHeaders()
+	var sent int // bytes of the forwarded body already written downstream
+	buf := make([]byte, 32<<10)
+	var read int64
+	for {
+		n, err := resp.Body.Read(buf)
+		read += int64(n)
+		eos := errors.Is(err, io.EOF) || (resp.ContentLength >= 0 && read >= resp.ContentLength && err == nil)
+		if err != nil && !eos {
+			return err
+		}
+		p.g.syncClock()
+		if n > 0 || eos {
+			if _, err := s.ResponseBody(buf[:n], eos); err != nil {
+				return err
+			}
+			if p.resetByPlugin() || s.Ended() {
+				return errReset
+			}
+			sendHeaders()
+			if headersSent {
+				fwd := s.ResponseBodyForwarded()
+				if len(fwd) > sent {
+					if _, err := p.w.Write(fwd[sent:]); err != nil {
+						return err
+					}
+					sent = len(fwd)
+				}
+				if flusher != nil {
+					flusher.Flush()
+				}
+			}
+		}
+		if eos {
+			break
+		}
+	}
+	if len(resp.Trailer) > 0 {
+		var tr [][2]string
+		for k, vs := range resp.Trailer {
+			for _, v := range vs {
+				tr = append(tr, [2]string{strings.ToLower(k), v})
+			}
+		}
+		if _, err := s.ResponseTrailers(tr); err != nil {
+			return err
+		}
+	}
+	if !headersSent {
+		// Still paused at the end: Envoy would hold it until continue; we
+		// release it rather than hang the client.
+		headersSent = true
+		p.w.WriteHeader(resp.StatusCode)
+		_, _ = p.w.Write(s.ResponseBodyForwarded())
+	}
+	return nil
+}

@@ -1,0 +1,546 @@
+package router
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
+
+	"github.com/gpuroute/gpuroute/hostsim"
+)
+
+// Benchmarks of build/gpuroute.wasm in hostsim (wazero's compiler engine):
+// the whole request path as Envoy drives it, on a 64-replica fleet whose
+// metrics the leader scrapes from fake clusters. Run them with
+//
+//	make wasm && GPUROUTE_WASM=$PWD/build/gpuroute.wasm go test -run '^$' \
+//	  -bench 'RequestPath64' -benchtime 20000x ./plugin/router
+//	GPUROUTE_WASM=$PWD/build/gpuroute.wasm go test -run '^$' \
+//	  -bench 'VMHeap' -benchtime 100000x ./plugin/router
+//
+// Times are host + guest: hostsim's own work (copying headers and bodies
+// into guest memory, serving the ABI calls) is counted, as Envoy's would be.
+// They are wall-clock times on whatever else the machine runs: read the
+// percentiles with the load in mind.
+//
+// This file imports wazero's experimental listener API to count guest
+// runtime calls; it is test-only instrumentation of the module, which
+// itself links nothing of wazero (plugin/main_test.go checks).
+
+const (
+	benchReplicas = 64
+	benchWorkers  = 2  // worker VMs of one Envoy; requests alternate
+	benchWindow   = 16 // requests in flight: one completes 16 starts after it began
+	benchWarmup   = 3000
+	// benchTickEvery requests pass per 100 ms tick (1000 requests/s per Envoy).
+	benchTickEvery = 100
+	benchSystems   = 6 // distinct system prompts
+	benchBodyBytes = 32 << 10
+)
+
+// benchModel is the requests' model (no adapter).
+const benchModel = "meta-llama/Llama-3.1-8B-Instruct"
+
+// sseChunk is one streamed token event as vLLM's OpenAI server sends it.
+var sseChunk = []byte(`data: {"id":"cmpl-1","object":"chat.completion.chunk","model":"` + benchModel +
+	`","choices":[{"index":0,"delta":{"content":" token"},"finish_reason":null}]}` + "\n\n")
+
+var sseDone = []byte("data: [DONE]\n\n")
+
+var benchResponseHeaders = [][2]string{{":status", "200"}, {"content-type", "text/event-stream"}}
+
+// benchRequestHeaders are a client's request headers plus the request id
+// Envoy adds.
+var benchRequestHeaders = [][2]string{
+	{":method", "POST"}, {":path", "/v1/chat/completions"}, {":authority", "gateway"},
+	{":scheme", "https"}, {"content-type", "application/json"}, {"user-agent", "openai-python/1.40"},
+	{"x-request-id", "5f0c7f3e-1d3b-4b8e-9f1a-3c2f6b9d8e71"},
+}
+
+// benchBodies returns n chat bodies of about benchBodyBytes (≈ 8k tokens):
+// one of benchSystems system prompts of ~30 KB (most of a long prompt in
+// agent and RAG traffic is a shared preamble) and a distinct user question
+// of 1–2 KB, so the prefix index sees a few long shared chains and many
+// short distinct tails.
+func benchBodies(n int) [][]byte {
+	words := strings.Fields("the replica cache prefix token model request queue batch decode prefill " +
+		"kernel tensor adapter memory latency throughput schedule policy context window answer tool")
+	systems := make([]string, benchSystems)
+	for s := range systems {
+		var b strings.Builder
+		b.WriteString("You are assistant " + strconv.Itoa(s) + ". Follow the policy below.\n")
+		for i := 0; b.Len() < benchBodyBytes-2048; i++ {
+			b.WriteString(words[(i*7+s*3)%len(words)])
+			if i%13 == 12 {
+				b.WriteString(".\n")
+			} else {
+				b.WriteByte(' ')
+			}
+		}
+		systems[s] = b.String()
+	}
+	out := make([][]byte, n)
+	for i := range out {
+		var q strings.Builder
+		q.WriteString("Question " + strconv.Itoa(i) + ": ")
+		for j := 0; q.Len() < 1024+(i%8)*128; j++ {
+			q.WriteString(words[(i+j*5)%len(words)])
+			q.WriteByte(' ')
+		}
+		b, _ := json.Marshal(map[string]any{
+			"model": benchModel,
+			"messages": []map[string]string{
+				{"role": "system", "content": systems[i%benchSystems]},
+				{"role": "user", "content": q.String()},
+			},
+			"max_tokens": 256,
+			"stream":     true,
+		})
+		out[i] = b
+	}
+	return out
+}
+
+// benchMetrics renders vLLM V1 metrics for replica i, varied so scores differ.
+func benchMetrics(i int) []byte {
+	return []byte("# TYPE vllm:num_requests_waiting gauge\n" +
+		"vllm:num_requests_waiting{model_name=\"" + benchModel + "\"} " + strconv.Itoa(i%5) + "\n" +
+		"# TYPE vllm:num_requests_running gauge\n" +
+		"vllm:num_requests_running{model_name=\"" + benchModel + "\"} " + strconv.Itoa(8+i%17) + "\n" +
+		"# TYPE vllm:kv_cache_usage_perc gauge\n" +
+		"vllm:kv_cache_usage_perc{model_name=\"" + benchModel + "\"} 0." + strconv.Itoa(10+i%80) + "\n" +
+		"vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"25000\"} 1\n" +
+		"# TYPE vllm:prompt_tokens_total counter\n" +
+		"vllm:prompt_tokens_total{model_name=\"" + benchModel + "\"} " + strconv.Itoa(1000000+i) + "\n")
+}
+
+// benchConfig is a 64-replica configuration over three hardware profiles.
+func benchConfig() string {
+	hw := []string{"h100", "a100", "l40s", "h100"}
+	var b strings.Builder
+	b.WriteString(`{"tick_ms":100,"replicas":[`)
+	for i := range benchReplicas {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`{"name":"r` + strconv.Itoa(i) + `","address":"10.0.` + strconv.Itoa(i/250) + `.` +
+			strconv.Itoa(i%250+1) + `:8000","metrics_cluster":"r` + strconv.Itoa(i) +
+			`-metrics","hardware":"` + hw[i%len(hw)] + `"}`)
+	}
+	b.WriteString("]}")
+	return b.String()
+}
+
+// benchFleet is one Envoy with benchWorkers VMs of the module.
+type benchFleet struct {
+	b       *testing.B
+	h       *hostsim.Host
+	vms     []*hostsim.VM
+	roots   []*hostsim.Root
+	bodies  [][]byte
+	open    []*hostsim.Stream // ring of the benchWindow requests in flight
+	openDur []time.Duration   // time already spent on each of them
+	openCPU []time.Duration   // thread CPU time already spent on each
+	n       int               // requests started
+	ticks   []time.Duration
+	// phase, when non-nil, collects per-callback times: request headers,
+	// request body (the decision), response headers, response body chunks,
+	// done/log/delete.
+	phase *[5][]time.Duration
+}
+
+var phaseNames = [5]string{"reqhdr", "reqbody", "resphdr", "respbody", "done"}
+
+// newBenchFleet compiles the module with ctx (which may carry a wazero
+// function listener) into a Host of its own and configures the workers.
+func newBenchFleet(b *testing.B, ctx context.Context, opts hostsim.Options) *benchFleet {
+	b.Helper()
+	wasm, err := moduleBytes()
+	if err != nil {
+		b.Skipf("skipped: %v (run `make wasm`)", err)
+	}
+	opts.Start = start
+	opts.LogLevel = hostsim.LogWarn
+	h := hostsim.NewHost(opts)
+	b.Cleanup(func() { h.Close() })
+	mod, err := h.Compile(ctx, wasm)
+	if err != nil {
+		b.Fatalf("Compile(gpuroute.wasm) = %v", err)
+	}
+	for i := range benchReplicas {
+		body := benchMetrics(i)
+		h.AddCluster("r"+strconv.Itoa(i)+"-metrics", hostsim.ClusterFunc(func(*hostsim.CallRequest) hostsim.CallReply {
+			return hostsim.CallReply{Body: body, Latency: 3 * time.Millisecond}
+		}))
+	}
+	f := &benchFleet{b: b, h: h, bodies: benchBodies(4096),
+		open: make([]*hostsim.Stream, benchWindow), openDur: make([]time.Duration, benchWindow),
+		openCPU: make([]time.Duration, benchWindow)}
+	cfg := []byte(benchConfig())
+	for range benchWorkers {
+		vm, err := h.NewVM(ctx, mod, testVMID, nil)
+		if err != nil {
+			b.Fatalf("NewVM = %v", err)
+		}
+		root, err := vm.Configure(testRootID, cfg)
+		if err != nil {
+			b.Fatalf("Configure = %v", err)
+		}
+		f.vms, f.roots = append(f.vms, vm), append(f.roots, root)
+	}
+	f.advance() // the first scrape of all 64 replicas
+	return f
+}
+
+// advance runs one tick period of virtual time (ticks, scrapes and their
+// responses) and records how long it took.
+func (f *benchFleet) advance() {
+	t0 := time.Now()
+	if err := f.h.Advance(100 * time.Millisecond); err != nil {
+		f.b.Fatalf("Advance = %v", err)
+	}
+	f.ticks = append(f.ticks, time.Since(t0))
+}
+
+// step starts one request and finishes the one started benchWindow
+// requests earlier, returning that request's whole wall and thread CPU
+// times (0 while the window fills). Ticks run between requests and are
+// timed apart.
+func (f *benchFleet) step() (wall, cpu time.Duration) {
+	if f.n > 0 && f.n%benchTickEvery == 0 {
+		f.advance()
+	}
+	slot := f.n % benchWindow
+	if s := f.open[slot]; s != nil {
+		c0 := threadCPU()
+		wall = f.openDur[slot] + f.finish(s)
+		cpu = f.openCPU[slot] + threadCPU() - c0
+	}
+	c0 := threadCPU()
+	t0 := time.Now()
+	s, err := f.roots[f.n%benchWorkers].NewStream()
+	if err != nil {
+		f.b.Fatalf("NewStream = %v", err)
+	}
+	if _, err := s.RequestHeaders(benchRequestHeaders, false); err != nil {
+		f.b.Fatalf("RequestHeaders = %v", err)
+	}
+	t1 := time.Now()
+	if _, err := s.RequestBody(f.bodies[f.n%len(f.bodies)], true); err != nil {
+		f.b.Fatalf("RequestBody = %v", err)
+	}
+	t2 := time.Now()
+	f.openCPU[slot] = threadCPU() - c0
+	f.openDur[slot] = t2.Sub(t0)
+	f.mark(0, t1.Sub(t0))
+	f.mark(1, t2.Sub(t1))
+	if lr := s.LocalReply(); lr != nil {
+		f.b.Fatalf("request %d answered locally: %d %s", f.n, lr.Status, lr.Body)
+	}
+	f.open[slot] = s
+	f.n++
+	return wall, cpu
+}
+
+// finish runs the response (headers, four SSE chunks, [DONE]) and the end
+// of the stream, returning the time it took.
+func (f *benchFleet) finish(s *hostsim.Stream) time.Duration {
+	t0 := time.Now()
+	if _, err := s.ResponseHeaders(benchResponseHeaders, false); err != nil {
+		f.b.Fatalf("ResponseHeaders = %v", err)
+	}
+	t1 := time.Now()
+	for range 4 {
+		if _, err := s.ResponseBody(sseChunk, false); err != nil {
+			f.b.Fatalf("ResponseBody = %v", err)
+		}
+	}
+	if _, err := s.ResponseBody(sseDone, true); err != nil {
+		f.b.Fatalf("ResponseBody = %v", err)
+	}
+	t2 := time.Now()
+	if err := s.Done(); err != nil {
+		f.b.Fatalf("Done = %v", err)
+	}
+	t3 := time.Now()
+	f.mark(2, t1.Sub(t0))
+	f.mark(3, t2.Sub(t1))
+	f.mark(4, t3.Sub(t2))
+	return t3.Sub(t0)
+}
+
+func (f *benchFleet) mark(i int, d time.Duration) {
+	if f.phase != nil {
+		f.phase[i] = append(f.phase[i], d)
+	}
+}
+
+// warm runs n requests, checks that the VMs are well and nothing was
+// logged at error level, and forgets the times measured so far.
+func (f *benchFleet) warm(n int) {
+	for range n {
+		f.step()
+	}
+	for _, vm := range f.vms {
+		if err := vm.Err(); err != nil {
+			f.b.Fatalf("VM failed during warm-up: %v", err)
+		}
+	}
+	for _, e := range f.h.Logs() {
+		if e.Level >= hostsim.LogError {
+			f.b.Fatalf("guest logged an error during warm-up: %s", e.Message)
+		}
+	}
+	f.ticks = f.ticks[:0]
+	if f.phase != nil {
+		for i := range f.phase {
+			f.phase[i] = f.phase[i][:0]
+		}
+	}
+}
+
+// dumpLogs prints the guest's log lines when GPUROUTE_BENCH_LOGS is set (an
+// instrumented build of the module can report stage times this way).
+func (f *benchFleet) dumpLogs() {
+	if os.Getenv("GPUROUTE_BENCH_LOGS") == "" {
+		return
+	}
+	for _, e := range f.h.Logs() {
+		f.b.Log(e.String())
+	}
+}
+
+// percentile returns the p-th quantile (0 < p ≤ 1) of sorted d.
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	i := int(p*float64(len(d))+0.5) - 1
+	return d[min(max(i, 0), len(d)-1)]
+}
+
+func micros(d time.Duration) float64 { return float64(d) / 1e3 }
+
+// BenchmarkRequestPath64: one whole request per op (stream create, request
+// headers, a 32 KB chat body, response headers, four SSE chunks and [DONE],
+// done/log/delete) on 64 scraped replicas, with 16 requests in flight and a
+// 100 ms tick (scraping 64 clusters) every 100 requests. ns/op includes the
+// ticks; p50-µs, p99-µs and max-µs are per-request wall times without them;
+// p50-cpu-µs and p99-cpu-µs the same requests' thread CPU times (Linux),
+// which leave out preemption by whatever else the machine runs; the
+// per-callback medians are <phase>-p50-µs, and tick-p50-µs is one tick
+// period's work. The target is p99 ≤ 50 µs. Run with -benchtime 20000x
+// (percentiles need ≥ 1000 ops).
+func BenchmarkRequestPath64(b *testing.B) {
+	runtime.LockOSThread() // threadCPU measures this thread
+	defer runtime.UnlockOSThread()
+	f := newBenchFleet(b, context.Background(), hostsim.Options{})
+	f.phase = new([5][]time.Duration)
+	f.warm(benchWarmup)
+	var lat, cpu []time.Duration
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if w, c := f.step(); w > 0 {
+			lat, cpu = append(lat, w), append(cpu, c)
+		}
+	}
+	b.StopTimer()
+	if len(lat) >= 1000 {
+		slices.Sort(lat)
+		b.ReportMetric(micros(percentile(lat, 0.50)), "p50-µs")
+		b.ReportMetric(micros(percentile(lat, 0.99)), "p99-µs")
+		b.ReportMetric(micros(lat[len(lat)-1]), "max-µs")
+		if haveThreadCPU {
+			slices.Sort(cpu)
+			b.ReportMetric(micros(percentile(cpu, 0.50)), "p50-cpu-µs")
+			b.ReportMetric(micros(percentile(cpu, 0.99)), "p99-cpu-µs")
+		}
+		for i, p := range f.phase {
+			slices.Sort(p)
+			b.ReportMetric(micros(percentile(p, 0.50)), phaseNames[i]+"-p50-µs")
+		}
+	}
+	if len(f.ticks) > 0 {
+		slices.Sort(f.ticks)
+		b.ReportMetric(micros(percentile(f.ticks, 0.50)), "tick-p50-µs")
+	}
+	f.dumpLogs()
+}
+
+// guestCounter counts calls of two guest runtime functions through a
+// wazero function listener: runtime.mallocgc (every heap allocation of the
+// module goes through it) and runtime.gcStart (one call per GC cycle).
+type guestCounter struct {
+	mallocs, gcs atomic.Uint64
+	// sites, when non-nil, counts the callers of each allocation
+	// (GPUROUTE_BENCH_ALLOCSITES=1).
+	sites map[string]int
+}
+
+func (c *guestCounter) NewFunctionListener(def api.FunctionDefinition) experimental.FunctionListener {
+	var n *atomic.Uint64
+	switch def.Name() {
+	case "runtime.mallocgc":
+		n = &c.mallocs
+	case "runtime.gcStart":
+		n = &c.gcs
+	default:
+		return nil
+	}
+	return experimental.FunctionListenerFunc(func(_ context.Context, _ api.Module, _ api.FunctionDefinition, _ []uint64, st experimental.StackIterator) {
+		n.Add(1)
+		if c.sites != nil && n == &c.mallocs {
+			var path []string
+			for st.Next() && len(path) < 6 {
+				path = append(path, st.Function().Definition().Name())
+			}
+			c.sites[strings.Join(path, " < ")]++
+		}
+	})
+}
+
+// BenchmarkVMHeap: one whole request per op, as BenchmarkRequestPath64, on
+// a module instrumented to count guest heap allocations and GC cycles.
+// After a warm-up it reports, over the timed requests, the guest's heap
+// allocations per request (guest-allocs/op, want 0), its GC cycles
+// (gc-cycles, want 0) and the growth of the worker VMs' linear memory
+// (growth-KiB, want 0), and for contrast the allocations and GC cycles of
+// configuration and warm-up. Run with -benchtime 100000x. Its ns/op is not
+// the uninstrumented cost.
+func BenchmarkVMHeap(b *testing.B) {
+	c := &guestCounter{}
+	ctx := experimental.WithFunctionListenerFactory(context.Background(), c)
+	// A compilation cache of its own: the instrumented code must not be
+	// shared with other benchmarks.
+	f := newBenchFleet(b, ctx, hostsim.Options{CompilationCache: wazero.NewCompilationCache()})
+	f.warm(benchWarmup)
+	mem := func() (total uint32) {
+		for _, vm := range f.vms {
+			total += vm.MemoryBytes()
+		}
+		return total
+	}
+	before, mallocs0, gcs0 := mem(), c.mallocs.Load(), c.gcs.Load()
+	if mallocs0 == 0 {
+		b.Fatal("no runtime.mallocgc call during configuration and warm-up: the listener is not attached")
+	}
+	if os.Getenv("GPUROUTE_BENCH_ALLOCSITES") != "" {
+		c.sites = map[string]int{}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		f.step()
+	}
+	b.StopTimer()
+	for site, n := range c.sites {
+		b.Logf("%d guest allocations at %s", n, site)
+	}
+	after, mallocs1, gcs1 := mem(), c.mallocs.Load(), c.gcs.Load()
+	b.ReportMetric(float64(mallocs1-mallocs0)/float64(b.N), "guest-allocs/op")
+	b.ReportMetric(float64(gcs1-gcs0), "gc-cycles")
+	b.ReportMetric((float64(after)-float64(before))/1024, "growth-KiB")
+	b.ReportMetric(float64(before)/1024/float64(len(f.vms)), "mem-KiB/vm")
+	b.ReportMetric(float64(mallocs0), "warmup-allocs")
+	b.ReportMetric(float64(gcs0), "warmup-gcs")
+	f.dumpLogs()
+}
+
+// guestTimer times guest functions through wazero listeners: for each
+// function whose name contains one of match, the inclusive wall time of its
+// outermost calls (wasm has no profiler; this is a poor man's one, with the
+// listener's own cost, about a microsecond a call, included).
+type guestTimer struct {
+	match []string
+	stats map[string]*guestTime
+}
+
+type guestTime struct {
+	name  string
+	calls int
+	depth int
+	since time.Time
+	total time.Duration
+}
+
+func (g *guestTimer) NewFunctionListener(def api.FunctionDefinition) experimental.FunctionListener {
+	name := def.Name()
+	for _, m := range g.match {
+		if m != "" && strings.Contains(name, m) {
+			st := g.stats[name]
+			if st == nil {
+				st = &guestTime{name: name}
+				g.stats[name] = st
+			}
+			return guestTimeListener{st}
+		}
+	}
+	return nil
+}
+
+type guestTimeListener struct{ st *guestTime }
+
+func (l guestTimeListener) Before(context.Context, api.Module, api.FunctionDefinition, []uint64, experimental.StackIterator) {
+	if l.st.depth == 0 {
+		l.st.since = time.Now()
+	}
+	l.st.depth++
+}
+
+func (l guestTimeListener) After(context.Context, api.Module, api.FunctionDefinition, []uint64) {
+	l.st.depth--
+	if l.st.depth == 0 {
+		l.st.total += time.Since(l.st.since)
+		l.st.calls++
+	}
+}
+
+func (l guestTimeListener) Abort(context.Context, api.Module, api.FunctionDefinition, error) {
+	l.After(nil, nil, nil, nil)
+}
+
+// BenchmarkGuestProfile runs BenchmarkRequestPath64's traffic on a module
+// whose functions matching GPUROUTE_BENCH_PROFILE (comma-separated
+// substrings of wasm function names, such as "plugin_router.,scoring.Pick")
+// are timed, and logs their inclusive time per request. Skipped without it.
+func BenchmarkGuestProfile(b *testing.B) {
+	match := os.Getenv("GPUROUTE_BENCH_PROFILE")
+	if match == "" {
+		b.Skip("set GPUROUTE_BENCH_PROFILE to substrings of guest function names")
+	}
+	g := &guestTimer{match: strings.Split(match, ","), stats: map[string]*guestTime{}}
+	ctx := experimental.WithFunctionListenerFactory(context.Background(), g)
+	f := newBenchFleet(b, ctx, hostsim.Options{CompilationCache: wazero.NewCompilationCache()})
+	f.warm(benchWarmup)
+	for _, st := range g.stats {
+		st.calls, st.total = 0, 0
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		f.step()
+	}
+	b.StopTimer()
+	var all []*guestTime
+	for _, st := range g.stats {
+		if st.calls > 0 {
+			all = append(all, st)
+		}
+	}
+	slices.SortFunc(all, func(x, y *guestTime) int { return int(y.total - x.total) })
+	for _, st := range all[:min(len(all), 40)] {
+		b.Logf("%9.2f µs/request %8d calls %9.2f µs/call  %s", micros(st.total)/float64(b.N),
+			st.calls, micros(st.total)/float64(st.calls), st.name)
+	}
+}
