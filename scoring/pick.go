@@ -136,6 +136,19 @@ func (d *Decision) Chosen() (Candidate, bool) {
 // function of the inputs. Pick never panics on bad input and allocates only
 // when d's scratch must grow (the first call, or a larger fleet).
 func Pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Ledger, nowNanos int64, d *Decision) {
+	pick(p, req, replicas, cachedTokens, l, nowNanos, d, false)
+	if d.Eligible == 0 && d.NoAdapterSlot > 0 {
+		// Every open replica has all its adapter slots busy: the engine
+		// queues the request until one frees (vLLM does), so wait where
+		// that, plus the rest, costs least rather than refuse it.
+		pick(p, req, replicas, cachedTokens, l, nowNanos, d, true)
+	}
+}
+
+// pick is Pick's pass; with waitForSlot, a replica without a free adapter
+// slot is scored with the wait for one (about one mean remaining output of
+// its batch) added to A instead of excluded.
+func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Ledger, nowNanos int64, d *Decision, waitForSlot bool) {
 	d.Index, d.Reason, d.NumTop = -1, ReasonNoReplica, 0
 	d.Eligible, d.Unhealthy, d.Draining, d.NoAdapterSlot, d.Stale = 0, 0, 0, 0, 0
 	if cap(d.cands) < len(replicas) {
@@ -186,14 +199,19 @@ func Pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		h := &r.Hardware
 
 		// A(r, a).
+		slotWait := false
 		if req.Adapter != "" {
 			a, ok := adapterCost(p, r, req.Adapter, l != nil && l.marked(i))
-			if !ok {
+			switch {
+			case ok:
+				c.AdapterSec = a
+			case waitForSlot && r.AdapterSlots != 0:
+				c.AdapterSec, slotWait = r.Hardware.AdapterLoadStorageSec+p.AdapterToleranceSec, true
+			default:
 				d.NoAdapterSlot++
 				c.Index = -1
 				continue
 			}
-			c.AdapterSec = a
 		}
 
 		// k(r) and P_r(n − k): the server recomputes at least the last
@@ -288,6 +306,9 @@ func Pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 				}
 			}
 			w += hold
+			if slotWait {
+				c.AdapterSec += step * decodeTok / b
+			}
 		}
 		if r.ScrapedNanos == 0 || nowNanos-r.ScrapedNanos > staleNanos {
 			c.Stale = true

@@ -723,3 +723,33 @@ func TestRate(t *testing.T) {
 		t.Errorf("zero Rate reads %v, want 0", zero.At(end, window))
 	}
 }
+
+// TestAdapterSlotsBusyQueues: when every open replica's adapter slots hold
+// adapters with running requests, the request is not refused: it waits on
+// the replica whose batch frees a slot soonest.
+func TestAdapterSlotsBusyQueues(t *testing.T) {
+	now := 100 * sec
+	p := exactParams()
+	rs := fleet("h100", 2, now)
+	for i := range rs {
+		rs[i].AdapterSlots = 1
+		rs[i].Adapters = []Adapter{{Name: "busy-" + strconv.Itoa(i), Tier: TierGPU, Active: true}}
+		rs[i].RunningRequests = 4
+	}
+	rs[0].PeerWork = Work{DecodeN: 4, DecodeTokens: 4 * 2000} // long generations
+	rs[1].PeerWork = Work{DecodeN: 4, DecodeTokens: 4 * 50}   // nearly done
+	req := Request{PromptTokens: 500, Adapter: "new"}
+	var d Decision
+	Pick(&p, &req, rs, nil, nil, now, &d)
+	if d.Index != 1 {
+		t.Fatalf("Pick(all slots busy) = %d, want 1 (its batch frees a slot first); top %+v", d.Index, d.Top[:d.NumTop])
+	}
+	if c, _ := d.Chosen(); c.AdapterSec <= rs[1].Hardware.AdapterLoadStorageSec {
+		t.Errorf("A with a slot wait = %v, want the storage load plus the wait for a slot", c.AdapterSec)
+	}
+	rs[1].AdapterSlots = 0 // serves no adapters at all: never chosen
+	Pick(&p, &req, rs, nil, nil, now, &d)
+	if d.Index != 0 {
+		t.Errorf("Pick(replica 1 serves no adapters) = %d, want 0", d.Index)
+	}
+}
