@@ -42,6 +42,12 @@ const (
 	calMaxRatio = 16
 	// calMaxFixedSec bounds the fitted fixed cost.
 	calMaxFixedSec = 2.0
+	// calDeadband: a fit within ±25% of the profile at the observed prompt
+	// lengths is noise, not different hardware (a mislabelled GPU is 2–8×
+	// off). Keeping the profile there keeps identical replicas identical in
+	// every router, so their ties, and the rendezvous homes they give
+	// prefixes, agree across routers that calibrate independently.
+	calDeadband = 0.25
 )
 
 // Samples returns the number of accepted observations.
@@ -129,6 +135,12 @@ func (c *Calibrator) Apply(prior *Hardware) Hardware {
 		a = prior.PrefillFixedSec
 	}
 	a = min(max(a, 0), calMaxFixedSec)
+	if xm := c.sg / c.sw; xm > 0 {
+		fit, was := a+b*xm, prior.PrefillFixedSec+prior.PrefillSecPerToken*xm
+		if was > 0 && math.Abs(fit/was-1) < calDeadband {
+			return h
+		}
+	}
 	h.PrefillFixedSec = a
 	if prior.PrefillSecPerToken > 0 {
 		h.PrefillSecPerToken2 = prior.PrefillSecPerToken2 * b / prior.PrefillSecPerToken

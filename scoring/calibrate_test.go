@@ -86,3 +86,24 @@ func TestCalibratorBounds(t *testing.T) {
 		t.Fatalf("after bad observations Samples() = %d, want 0 and the prior unchanged", c.Samples())
 	}
 }
+
+// TestCalibratorDeadband: a correctly labelled replica observed through a
+// noisy queue estimate keeps exactly its profile, so identical replicas
+// stay identical in every router that calibrates them on its own.
+func TestCalibratorDeadband(t *testing.T) {
+	prior, _ := LookupHardware("h100")
+	for seed := uint64(1); seed <= 8; seed++ {
+		rng := rand.New(rand.NewPCG(seed, 99))
+		var c Calibrator
+		for i := 0; i < 300; i++ {
+			x := 500 + rng.IntN(7000)
+			queue := rng.Float64()
+			// Prefill up to 10% off and a queue estimate up to 30% off.
+			y := prior.PrefillSeconds(x) * (0.9 + 0.2*rng.Float64())
+			c.Observe(&prior, x, queue+y, queue*(0.7+0.6*rng.Float64()))
+		}
+		if got := c.Apply(&prior); got != prior {
+			t.Errorf("seed %d: calibrated h100 = %+v, want the profile unchanged", seed, got)
+		}
+	}
+}

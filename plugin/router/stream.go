@@ -30,6 +30,7 @@ type stream struct {
 	// remaining-output estimate.
 	dispatchedNanos int64
 	expectedWaitSec float64
+	calibrate       bool
 	uncached        int
 	firstByte       bool
 	responseDone    bool
@@ -127,6 +128,11 @@ func (s *stream) route(body []byte, truncated bool) types.Action {
 	s.replica = d.Index
 	s.dispatchedNanos = now
 	s.expectedWaitSec = best.WaitSec
+	// TTFT calibrates the replica's prefill cost only when nothing was
+	// queued ahead (none reported, a wait small next to the prefill): the
+	// router cannot see other gateways' queued requests, and TTFT minus an
+	// underestimated wait would teach it that a busy replica is slow.
+	s.calibrate = r.replicas[d.Index].WaitingRequests == 0 && best.WaitSec < calibrationMaxWaitShare*best.PrefillSec
 	s.uncached = max(req.PromptTokens-best.CachedTokens, 1)
 	s.flight = r.ledger.Dispatch(d.Index, req, s.uncached, now)
 	if s.flight != 0 {
@@ -208,8 +214,10 @@ func (s *stream) OnHttpResponseBody(bodySize int, endOfStream bool) types.Action
 		now := time.Now().UnixNano()
 		ttft := float64(now-s.dispatchedNanos) / 1e9
 		i := s.replica
-		r.calibrators[i].Observe(&r.priors[i], s.uncached, ttft, s.expectedWaitSec)
-		r.replicas[i].Hardware = r.calibrators[i].Apply(&r.priors[i])
+		if s.calibrate {
+			r.calibrators[i].Observe(&r.priors[i], s.uncached, ttft, s.expectedWaitSec)
+			r.replicas[i].Hardware = r.calibrators[i].Apply(&r.priors[i])
+		}
 		r.ledger.FirstToken(s.flight)
 	}
 	if bodySize > 0 {
@@ -323,6 +331,10 @@ func (r *root) writeDestination(d *scoring.Decision) error {
 	r.destScratch = b
 	return proxy.ReplaceHeaderMapValue(proxy.MapTypeHttpRequestHeaders, HeaderDestination, string(b))
 }
+
+// calibrationMaxWaitShare bounds the expected wait, as a share of the
+// expected prefill, of a request whose TTFT calibrates its replica.
+const calibrationMaxWaitShare = 0.1
 
 // maxInterned bounds the model names a root remembers as strings.
 const maxInterned = 256
