@@ -101,6 +101,8 @@ type Host struct {
 	metrics   map[string]*metric
 	clusters  map[string]Cluster
 	pollCalls uint64
+	// wallStep is StepWallClock's accumulated offset of the wall clock.
+	wallStep time.Duration
 }
 
 // NewHost creates a Host. Close it to release the wazero runtime.
@@ -158,8 +160,24 @@ func (h *Host) Now() time.Duration {
 	return h.now
 }
 
-// WallTime returns the virtual wall-clock time (Options.Start + Now).
-func (h *Host) WallTime() time.Time { return h.opts.Start.Add(h.Now()) }
+// WallTime returns the virtual wall-clock time: Options.Start + Now, plus
+// every StepWallClock offset.
+func (h *Host) WallTime() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.opts.Start.Add(h.now + h.wallStep)
+}
+
+// StepWallClock steps the wall clock the guests read (WASI clock_time_get
+// REALTIME and proxy_get_current_time_nanoseconds) by d, which may be
+// negative: what an NTP step or an operator's date command does to a real
+// Envoy host. Virtual time, the monotonic clock, ticks and call timeouts
+// are unaffected, as Envoy's timers run on the monotonic clock.
+func (h *Host) StepWallClock(d time.Duration) {
+	h.mu.Lock()
+	h.wallStep += d
+	h.mu.Unlock()
+}
 
 // PollCalls counts poll_oneoff calls the guests made (busy-spin indicator).
 func (h *Host) PollCalls() uint64 {

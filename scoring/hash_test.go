@@ -175,3 +175,62 @@ func BenchmarkPrefixHash32KB(b *testing.B) {
 		h.Write(text)
 	}
 }
+
+// TestPrefixHasherDeferredSeed: seeding after the text (ResetDeferred, then
+// SetSeed) gives the chain that seeding first gives, at every split point.
+func TestPrefixHasherDeferredSeed(t *testing.T) {
+	text := strings.Repeat("You are a careful assistant. Answer briefly.\n", 40)
+	var first, later PrefixHasher
+	first.Init(64, 0)
+	later.Init(64, 0)
+	tests := []struct {
+		name, model, adapter string
+		split                int // bytes written before SetSeed
+	}{
+		{name: "seed before any text", model: "m", adapter: "", split: 0},
+		{name: "seed mid-block", model: "m", adapter: "fr", split: 100},
+		{name: "seed after all text", model: "m", adapter: "fr", split: len(text)},
+		{name: "base model after all text", model: "llama", adapter: "", split: len(text)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			first.Reset(tt.model, tt.adapter)
+			first.WriteString(text)
+			later.ResetDeferred()
+			later.WriteString(text[:tt.split])
+			later.SetSeed(tt.model, tt.adapter)
+			later.WriteString(text[tt.split:])
+			if !equalChains(first.Chain(), later.Chain()) || first.Seed() != later.Seed() {
+				t.Fatalf("SetSeed(%q, %q) after %d bytes: chain %x, want %x", tt.model, tt.adapter, tt.split, later.Chain()[:2], first.Chain()[:2])
+			}
+		})
+	}
+	// A second SetSeed keeps the first.
+	later.ResetDeferred()
+	later.WriteString(text)
+	later.SetSeed("m", "fr")
+	later.SetSeed("other", "")
+	first.Reset("m", "fr")
+	first.WriteString(text)
+	if !equalChains(first.Chain(), later.Chain()) {
+		t.Fatalf("second SetSeed re-keyed the chain")
+	}
+}
+
+// TestPrefixHasherGolden pins the first chain entries of a fixed prompt.
+// The chain is shared between the VMs and gateways of one build (shared
+// data, checkpoints); a change here means one round of cold prefixes when
+// the new module replaces the old, so make it deliberately.
+func TestPrefixHasherGolden(t *testing.T) {
+	var h PrefixHasher
+	h.Init(64, 0)
+	h.Reset("meta-llama/Llama-3.1-8B-Instruct", "")
+	h.WriteString(strings.Repeat("abcdefghij", 20))
+	want := []uint64{0xdef95d2ffb399150, 0x76a79b610d21b1ac, 0xa2ce911ebc304eee}
+	got := h.Chain()
+	for i := range want {
+		if i >= len(got) || got[i] != want[i] {
+			t.Fatalf("Chain() = %#x, want %#x", got, want)
+		}
+	}
+}

@@ -23,16 +23,31 @@ const (
 // for the same model and adapter. Only full blocks count: a server caches
 // whole KV blocks.
 //
+// The chain is computed in two steps so that the seed may come last: the
+// text is hashed as an unseeded chain raw_i = hash(raw_{i-1}, block_i) from
+// a fixed start, and each entry is keyed with the seed, key_i =
+// fmix(raw_i ^ seed), as soon as the seed is known. A JSON body can name
+// its model after the prompt (the OpenAI Python SDK sends "model" after
+// "messages"), so a parser can stream the prompt in one pass (ResetDeferred)
+// and key the chain afterwards (SetSeed) at O(blocks), not O(bytes). Keyed
+// entries of different seeds differ, so a prefix cached for one adapter is
+// still no hit for another.
+//
+// The values are compared across VMs and gateways of the same build only;
+// a module swap that changes this function costs one round of cold prefixes
+// (the index and peers' checkpoints hold the old values until they age out).
+//
 // It is an io.Writer so a JSON parser can stream unescaped text segments
-// into it. Not safe for concurrent
-// use. The zero value uses the defaults on first Reset or Write (Init
-// allocates the chain). After the chain reaches its capacity, Write stops allocating and
-// Reset keeps the buffer, so steady-state use allocates nothing.
+// into it. Not safe for concurrent use. The zero value uses the defaults on
+// first Reset or Write (Init allocates the chain). After the chain reaches
+// its capacity, Write stops allocating and Reset keeps the buffer, so
+// steady-state use allocates nothing.
 type PrefixHasher struct {
 	blockChars int
 	maxBlocks  int
 	seed       uint64
-	prev       uint64 // hash of the last full block (or the seed)
+	seeded     bool   // chain entries are keyed with seed
+	prev       uint64 // unseeded hash of the last full block (or the start)
 	chars      int64  // total characters written
 	fill       int    // bytes in buf
 	chain      []uint64
@@ -62,13 +77,38 @@ func (h *PrefixHasher) Init(blockChars, maxBlocks int) {
 // Reset starts a new prompt for model and adapter (the chain's seed: a
 // prefix cached for one adapter is no hit for another).
 func (h *PrefixHasher) Reset(model, adapter string) {
+	h.ResetDeferred()
+	h.SetSeed(model, adapter)
+}
+
+// ResetDeferred starts a new prompt whose model and adapter are not known
+// yet: Chain holds unseeded hashes until SetSeed keys them.
+func (h *PrefixHasher) ResetDeferred() {
 	if h.blockChars == 0 {
-		h.Init(0, 0) // the zero value: default sizes, then seed below
+		h.Init(0, 0) // the zero value: default sizes
 	}
-	h.seed = fmix(HashString(model) ^ bitsRot(HashString(adapter), 23) ^ uint64(h.blockChars))
-	h.prev = h.seed
+	h.seed, h.seeded = 0, false
+	h.prev = fmix(uint64(h.blockChars) * mixK0) // the unseeded chain's start
 	h.chars, h.fill = 0, 0
 	h.chain = h.chain[:0]
+}
+
+// SetSeed keys the chain with model and adapter: the blocks written so far
+// at once (one mix each), later ones as they fill. Calling it again re-keys
+// nothing: the first seed of a prompt stays.
+func (h *PrefixHasher) SetSeed(model, adapter string) {
+	if h.blockChars == 0 {
+		h.ResetDeferred() // the zero value: default sizes, no seed yet
+	}
+	if h.seeded {
+		return
+	}
+	h.seed = fmix(HashString(model) ^ bitsRot(HashString(adapter), 23) ^ uint64(h.blockChars))
+	h.seeded = true
+	c, s := h.chain, h.seed
+	for i := range c {
+		c[i] = fmix(c[i] ^ s)
+	}
 }
 
 func bitsRot(x uint64, k uint) uint64 { return x<<k | x>>(64-k) }
@@ -116,11 +156,16 @@ func (h *PrefixHasher) block(b []byte) {
 		return
 	}
 	h.prev = hashBytes(h.prev, b)
-	h.chain = append(h.chain, h.prev)
+	k := h.prev
+	if h.seeded {
+		k = fmix(k ^ h.seed)
+	}
+	h.chain = append(h.chain, k)
 }
 
 // Chain returns the block chain so far (aliases internal storage: valid
-// until the next Reset or Write).
+// until the next Reset, Write or SetSeed). After ResetDeferred and before
+// SetSeed its entries are unseeded.
 func (h *PrefixHasher) Chain() []uint64 { return h.chain }
 
 // Chars returns the number of characters (bytes) written since Reset.

@@ -55,6 +55,8 @@ const (
 	KeyAdapterTolerance   = "adapter_tolerance_ms"
 	KeyTieEpsilonMs       = "tie_epsilon_ms"
 	KeyPrefillChunkTokens = "prefill_chunk_tokens"
+	KeyPassiveFailures    = "passive_failures"
+	KeyPassiveBackoffMs   = "passive_backoff_ms"
 )
 
 // Bounds and defaults.
@@ -86,6 +88,27 @@ const (
 	MaxFallbacks = 8
 	// DefaultMetricsPath is where vLLM, SGLang and TGI serve Prometheus text.
 	DefaultMetricsPath = "/metrics"
+	// MaxNameBytes bounds a replica's name and metrics cluster: both are
+	// DNS-like names in practice (a Kubernetes pod or Envoy cluster name),
+	// and a DNS name is at most 253 bytes (RFC 1035 §2.3.4). Both are
+	// copied into every worker VM, logs and the status endpoint.
+	MaxNameBytes = 253
+	// MaxPathBytes bounds metrics_path, sent on every scrape.
+	MaxPathBytes = 1024
+	// MaxConfigBytes bounds the whole configuration: 4096 replicas of a
+	// few hundred bytes each fit, and a larger document is a generator bug
+	// that would be parsed and copied into every worker VM.
+	MaxConfigBytes = 4 << 20
+	// DefaultPassiveFailures is how many consecutive failed routed requests
+	// (Envoy could not reach the replica) eject it; 0 disables passive
+	// health checking.
+	DefaultPassiveFailures = 3
+	// DefaultPassiveBackoffMillis is the first ejection's length; each
+	// further ejection without a success in between doubles it, up to
+	// MaxPassiveBackoffMillis (Envoy's outlier detection also lengthens
+	// repeated ejections, base_ejection_time × ejection count).
+	DefaultPassiveBackoffMillis = 2000
+	MaxPassiveBackoffMillis     = 30_000
 )
 
 // State is a replica's admission state.
@@ -188,6 +211,11 @@ type Config struct {
 	// destination header, for Envoy's override_host policy (0: one value,
 	// which ORIGINAL_DST requires).
 	Fallbacks int
+	// PassiveFailures consecutive routed requests that Envoy could not
+	// deliver to a replica eject it for PassiveBackoffMillis (doubling on
+	// each further ejection up to MaxPassiveBackoffMillis); 0 disables.
+	PassiveFailures      int
+	PassiveBackoffMillis uint32
 	// Params are the decision's tunables.
 	Params scoring.Params
 }
@@ -208,6 +236,10 @@ func (c *Config) LookupAdapter(model []byte) (Adapter, bool) {
 // Parse parses and validates a configuration. It never panics; on error the
 // message starts with "config: " and quotes the offending key or value.
 func Parse(data []byte) (*Config, error) {
+	if len(data) > MaxConfigBytes {
+		return nil, errors.New("config: configuration is " + strconv.Itoa(len(data)) + " bytes, more than the limit of " +
+			strconv.Itoa(MaxConfigBytes) + ": " + quote(data))
+	}
 	var r jsonx.Reader
 	r.Reset(data)
 	if r.Kind() != jsonx.Object {
@@ -219,6 +251,8 @@ func Parse(data []byte) (*Config, error) {
 		MaxBodyBytes:           DefaultMaxBodyBytes,
 		ScrapeTimeoutMillis:    DefaultScrapeTimeoutMillis,
 		UnhealthyAfterFailures: DefaultUnhealthyAfter,
+		PassiveFailures:        DefaultPassiveFailures,
+		PassiveBackoffMillis:   DefaultPassiveBackoffMillis,
 		Params:                 scoring.DefaultParams(),
 	}
 	var seen seenKeys
@@ -266,6 +300,14 @@ func Parse(data []byte) (*Config, error) {
 	}
 	if err := cfg.Params.Validate(); err != nil {
 		return nil, errors.New("config: " + err.Error())
+	}
+	// A scrape that may take longer than the staleness bound turns every
+	// replica behind a slow endpoint stale before its answer can arrive,
+	// and holds that replica's next call back as long (scrape.go).
+	if stale := cfg.Params.StaleAfter.Milliseconds(); int64(cfg.ScrapeTimeoutMillis) >= stale {
+		return nil, errors.New("config: " + KeyScrapeTimeoutMs + " must be less than " + KeyStaleAfterMs + ", got " +
+			KeyScrapeTimeoutMs + " " + strconv.FormatUint(uint64(cfg.ScrapeTimeoutMillis), 10) + " and " +
+			KeyStaleAfterMs + " " + strconv.FormatInt(stale, 10))
 	}
 	return cfg, nil
 }
@@ -385,6 +427,9 @@ func setReplicaString(r *Replica, i int, key, s string) error {
 		if s == "" {
 			return errors.New("config: " + field(i, key) + " must not be empty")
 		}
+		if err := maxLen(field(i, key), s, MaxNameBytes); err != nil {
+			return err
+		}
 		r.Name = s
 	case KeyAddress:
 		ap, err := netip.ParseAddrPort(s)
@@ -403,10 +448,16 @@ func setReplicaString(r *Replica, i int, key, s string) error {
 		if s == "" {
 			return errors.New("config: " + field(i, key) + " must not be empty")
 		}
+		if err := maxLen(field(i, key), s, MaxNameBytes); err != nil {
+			return err
+		}
 		r.MetricsCluster = s
 	case KeyMetricsPath:
 		if s == "" || s[0] != '/' {
 			return errors.New("config: " + field(i, key) + " " + quoteString(s) + " must start with /")
+		}
+		if err := maxLen(field(i, key), s, MaxPathBytes); err != nil {
+			return err
 		}
 		r.MetricsPath = s
 	case KeyEngine:
@@ -452,6 +503,15 @@ func (s *seenKeys) add(where, key string) error {
 	}
 	*s = append(*s, key)
 	return nil
+}
+
+// maxLen refuses a string longer than limit bytes, quoting its beginning.
+func maxLen(name, s string, limit int) error {
+	if len(s) <= limit {
+		return nil
+	}
+	return errors.New("config: " + name + " " + quoteString(s) + " is " + strconv.Itoa(len(s)) +
+		" bytes, more than the limit of " + strconv.Itoa(limit))
 }
 
 func field(i int, key string) string {

@@ -143,6 +143,16 @@ func TestParseRejects(t *testing.T) {
 		{name: "not an object", in: `[1]`, want: `config: want a JSON object, got "[1]"`},
 		{name: "empty", in: ``, want: `config: want a JSON object, got ""`},
 		{name: "trailing data", in: `{"replicas":[` + r(``) + `]} x`, want: `config: trailing data after the object: " x"`},
+		{name: "scrape timeout at stale bound", in: `{"replicas":[` + r(``) + `],"scrape_timeout_ms":2000}`,
+			want: `config: scrape_timeout_ms must be less than stale_after_ms, got scrape_timeout_ms 2000 and stale_after_ms 2000`},
+		{name: "stale bound under default scrape timeout", in: `{"replicas":[` + r(``) + `],"stale_after_ms":500}`,
+			want: `config: scrape_timeout_ms must be less than stale_after_ms, got scrape_timeout_ms 1000 and stale_after_ms 500`},
+		{name: "passive failures bound", in: `{"replicas":[` + r(``) + `],"passive_failures":1001}`,
+			want: `config: passive_failures must be in [0, 1000], got 1001`},
+		{name: "passive backoff bound", in: `{"replicas":[` + r(``) + `],"passive_backoff_ms":30001}`,
+			want: `config: passive_backoff_ms must be in [1, 30000], got 30001`},
+		{name: "passive backoff zero", in: `{"replicas":[` + r(``) + `],"passive_backoff_ms":0}`,
+			want: `config: passive_backoff_ms must be in [1, 30000], got 0`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -182,6 +192,75 @@ func TestParseBounds(t *testing.T) {
 	_, err := Parse(build(MaxReplicas + 1))
 	if want := "config: replicas has more than 4096 entries"; err == nil || err.Error() != want {
 		t.Errorf("Parse(%d replicas) error = %v, want %q", MaxReplicas+1, err, want)
+	}
+}
+
+// TestParseLengthBounds: names, clusters and paths past their limits, and a
+// configuration past MaxConfigBytes, are refused with the limit and the
+// value's beginning quoted (never the whole value); the limits themselves
+// are accepted.
+func TestParseLengthBounds(t *testing.T) {
+	one := func(fields string) string {
+		return `{"replicas":[{"name":"x","address":"10.0.0.9:9"` + fields + `}]}`
+	}
+	long := func(c byte, n int) string { return strings.Repeat(string(c), n) }
+	tests := []struct {
+		name string
+		in   string
+		want string // "" means accepted
+	}{
+		{name: "name at limit", in: `{"replicas":[{"name":"` + long('n', MaxNameBytes) + `","address":"10.0.0.9:9"}]}`},
+		{name: "name over", in: `{"replicas":[{"name":"` + long('n', MaxNameBytes+1) + `","address":"10.0.0.9:9"}]}`,
+			want: `config: replicas[0].name "` + long('n', 80) + `"... is 254 bytes, more than the limit of 253`},
+		{name: "name 64 KiB", in: `{"replicas":[{"name":"` + long('n', 64<<10) + `","address":"10.0.0.9:9"}]}`,
+			want: `config: replicas[0].name "` + long('n', 80) + `"... is 65536 bytes, more than the limit of 253`},
+		{name: "cluster at limit", in: one(`,"metrics_cluster":"` + long('c', MaxNameBytes) + `"`)},
+		{name: "cluster over", in: one(`,"metrics_cluster":"` + long('c', MaxNameBytes+1) + `"`),
+			want: `config: replicas[0].metrics_cluster "` + long('c', 80) + `"... is 254 bytes, more than the limit of 253`},
+		{name: "path at limit", in: one(`,"metrics_path":"/` + long('p', MaxPathBytes-1) + `"`)},
+		{name: "path over", in: one(`,"metrics_path":"/` + long('p', MaxPathBytes) + `"`),
+			want: `config: replicas[0].metrics_path "/` + long('p', 79) + `"... is 1025 bytes, more than the limit of 1024`},
+		{name: "config over 4 MiB", in: one(``) + long(' ', MaxConfigBytes),
+			want: `config: configuration is 4194354 bytes, more than the limit of 4194304: "{\"replicas\":[{\"name\":\"x\",\"address\":\"10.0.0.9:9\"}]}` + long(' ', 80-50) + `"...`},
+		{name: "config at 4 MiB", in: one(``) + long(' ', MaxConfigBytes-len(one(``)))},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.in))
+			got := ""
+			if err != nil {
+				got = err.Error()
+			}
+			if got != tc.want {
+				t.Errorf("Parse(%.60s…) error = %q, want %q", tc.in, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestParsePassiveDefaults: passive health checking is on by default (3
+// failures, 2 s) and 0 failures turns it off.
+func TestParsePassiveDefaults(t *testing.T) {
+	tests := []struct {
+		name         string
+		in           string
+		failures     int
+		backoffMilli uint32
+	}{
+		{name: "defaults", in: `{"replicas":[{"name":"a","address":"10.0.0.1:1"}]}`, failures: 3, backoffMilli: 2000},
+		{name: "off", in: `{"replicas":[{"name":"a","address":"10.0.0.1:1"}],"passive_failures":0}`, failures: 0, backoffMilli: 2000},
+		{name: "set", in: `{"replicas":[{"name":"a","address":"10.0.0.1:1"}],"passive_failures":5,"passive_backoff_ms":500}`, failures: 5, backoffMilli: 500},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := Parse([]byte(tc.in))
+			if err != nil {
+				t.Fatalf("Parse(%s) error %v", tc.in, err)
+			}
+			if cfg.PassiveFailures != tc.failures || cfg.PassiveBackoffMillis != tc.backoffMilli {
+				t.Errorf("Parse(%s) = passive %d/%d ms, want %d/%d ms", tc.in, cfg.PassiveFailures, cfg.PassiveBackoffMillis, tc.failures, tc.backoffMilli)
+			}
+		})
 	}
 }
 

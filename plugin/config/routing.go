@@ -56,6 +56,12 @@ func parseRouting(cfg *Config, key string, r *jsonx.Reader) error {
 	case KeyFallbacks:
 		n, err = boundedInt(key, v, 0, MaxFallbacks)
 		cfg.Fallbacks = int(n)
+	case KeyPassiveFailures:
+		n, err = boundedInt(key, v, 0, 1000)
+		cfg.PassiveFailures = int(n)
+	case KeyPassiveBackoffMs:
+		n, err = boundedInt(key, v, 1, MaxPassiveBackoffMillis)
+		cfg.PassiveBackoffMillis = uint32(n)
 	case KeyPrefillChunkTokens:
 		n, err = boundedInt(key, v, 1, 1<<24)
 		p.PrefillChunkTokens = int(n)

@@ -447,6 +447,26 @@ func (r *Reader) Elem() bool {
 	return true
 }
 
+// Unwind finishes the value being read at container depth depth (Depth
+// when it was due): it leaves, validating what is left unread, every
+// container entered since, and skips the value itself if it was never
+// consumed. A caller that stopped reading a value midway (it had the wrong
+// shape) calls it to go on with the document.
+func (r *Reader) Unwind(depth int) {
+	for !r.bad() && r.depth > depth {
+		if r.objects&1 == 1 {
+			for r.Member() {
+			}
+		} else {
+			for r.Elem() {
+			}
+		}
+	}
+	if !r.bad() && r.depth == depth && r.state == stValue {
+		r.Skip()
+	}
+}
+
 // Skip validates and passes over the value due next.
 func (r *Reader) Skip() { r.Value() }
 

@@ -11,11 +11,14 @@ const (
 // load64 reads d[i:i+8] little-endian. The compiler merges the byte loads
 // into one unaligned load on amd64, arm64 and wasm (ssa memcombine), which
 // is why this is spelled out instead of importing encoding/binary (kept out
-// of the module); indexing d directly avoids re-slicing in the hot loops.
+// of the module). The re-slice makes one bounds check: indexing d[i+1] ..
+// d[i+7] directly is checked byte by byte on wasm (the prove pass cannot
+// derive them from d[i+7]), eight compare-and-branch sequences per load
+// that made string scanning under wazero several times slower.
 func load64(d []byte, i int) uint64 {
-	_ = d[i+7]
-	return uint64(d[i]) | uint64(d[i+1])<<8 | uint64(d[i+2])<<16 | uint64(d[i+3])<<24 |
-		uint64(d[i+4])<<32 | uint64(d[i+5])<<40 | uint64(d[i+6])<<48 | uint64(d[i+7])<<56
+	b := d[i : i+8]
+	return uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
 }
 
 // special returns a word with the high bit set in each lane of x that holds

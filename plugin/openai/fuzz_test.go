@@ -90,6 +90,23 @@ func FuzzParseRequest(f *testing.F) {
 			!bytes.Equal(r1.Model, r2.Model) || r1.MaxTokens != r2.MaxTokens || r1.PromptChars != r2.PromptChars {
 			t.Fatalf("Parse(%q) not deterministic", body)
 		}
+		// One pass writes what two passes write.
+		var one bytes.Buffer
+		var req Request
+		oerr := p.ParseText(kind, []byte(body), trunc, &one, &req)
+		var e *Error
+		syntax := e1 != nil && errors.As(e1, &e) && (e.Code == CodeNotJSON || e.Code == CodeTooDeep || e.Code == CodeTruncated)
+		dup := oerr != nil && errors.As(oerr, &e) && e.Rule == ruleOnce
+		switch {
+		case syntax:
+			if !errors.Is(oerr, e1) {
+				t.Fatalf("ParseText(%q) error = %v, want %v", body, oerr, e1)
+			}
+		case dup:
+		case !bytes.Equal(one.Bytes(), t1) || (oerr == nil) != (e1 == nil && te1 == nil) || req.PromptChars != len(t1) ||
+			req.PromptTokensExact != r1.PromptTokensExact || !bytes.Equal(req.Model, r1.Model) || req.MaxTokens != r1.MaxTokens:
+			t.Fatalf("ParseText(%q) = %q, %v; Parse+WriteText = %q, %v, %v", body, one.Bytes(), oerr, t1, e1, te1)
+		}
 		// A complete body read as truncated gives the same result.
 		if !trunc && e1 == nil {
 			var req Request
@@ -151,6 +168,22 @@ func TestParseAllocs(t *testing.T) {
 	}
 }
 
+func TestParseTextAllocs(t *testing.T) {
+	body := chatBody(32 << 10)
+	var p Parser
+	var req Request
+	var w countWriter
+	allocs := testing.AllocsPerRun(50, func() {
+		if err := p.ParseText(Chat, body, false, &w, &req); err != nil {
+			t.Fatal(err)
+		}
+		p.ParseText(Chat, body[:len(body)/2], true, &w, &req)
+	})
+	if allocs != 0 {
+		t.Errorf("ParseText(32 KB chat, then cut) allocs = %v, want 0", allocs)
+	}
+}
+
 func TestStreamCounterAllocs(t *testing.T) {
 	b := []byte(vllmChatStream)
 	c := new(StreamCounter)
@@ -177,6 +210,19 @@ func BenchmarkParseChat32K(b *testing.B) {
 	for b.Loop() {
 		p.Parse(Chat, body, &req)
 		p.WriteText(&w, &req)
+	}
+}
+
+// BenchmarkParseTextChat32K is BenchmarkParseChat32K in one pass.
+func BenchmarkParseTextChat32K(b *testing.B) {
+	body := chatBody(32 << 10)
+	var p Parser
+	var req Request
+	var w countWriter
+	b.ReportAllocs()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		p.ParseText(Chat, body, false, &w, &req)
 	}
 }
 

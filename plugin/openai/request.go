@@ -94,11 +94,14 @@ type Request struct {
 	// its complete prefix was read (ParseTruncated).
 	Truncated bool
 
-	// Set by WriteText. PromptChars is the number of bytes written to the
-	// text writer, framing included: the input for a ~4 chars/token estimate.
-	// PromptTokensExact counts the token ids of a token-id prompt (else 0).
+	// Set by WriteText (or ParseText). PromptChars is the number of bytes
+	// written to the text writer, framing included: the input for a ~4
+	// chars/token estimate. PromptTokensExact counts the token ids of a
+	// token-id prompt (else 0). PromptBad reports a prompt of the wrong
+	// shape: the text written is the head before the bad part.
 	PromptChars       int
 	PromptTokensExact int
+	PromptBad         bool
 }
 
 // Parser extracts a Request from OpenAI request bodies without allocating in
@@ -130,11 +133,13 @@ type Parser struct {
 	maxTok, maxCompTok int64
 	hasMax, hasMaxComp bool
 
-	// WriteText state.
-	w      io.Writer
-	n      int
-	tokens int
-	werr   error
+	// WriteText state (also ParseText's, which writes while parsing).
+	w        io.Writer
+	n        int
+	tokens   int
+	werr     error
+	stop     bool // the prompt had the wrong shape: write no more of it
+	streamed bool // ParseText wrote a prompt already
 }
 
 // sink lets jsonx write decoded text through Parser.emit without an
@@ -192,8 +197,37 @@ func (p *Parser) ParseTruncated(kind Kind, body []byte, out *Request) error {
 	return p.parse(kind, body, out, true)
 }
 
+// ParseText is Parse (truncated false) or ParseTruncated (true) and
+// WriteText in one pass: the prompt is decoded into w while it is
+// validated, so the body is read once. The bytes written are those
+// WriteText would write, and out.PromptChars, PromptTokensExact and
+// PromptBad are set. Because the prompt is written before the rest of the
+// body is read, a caller that needs the model to interpret the text must
+// defer that (scoring.PrefixHasher.ResetDeferred, then SetSeed).
+//
+// Differences from Parse + WriteText: the errors come back together,
+// syntax errors (CodeNotJSON, CodeTooDeep, CodeTruncated, for which the
+// text written must be discarded: it may be the head of a body that is not
+// JSON) first, then w's error, then the first field error, prompt shape
+// errors included (see PromptBad). A body with the prompt field twice
+// writes the first one and fails with CodeBadField on the second (JSON
+// decoders keep the last; a duplicated prompt key is no client's output,
+// and its text cannot be unwritten).
+func (p *Parser) ParseText(kind Kind, body []byte, truncated bool, w io.Writer, out *Request) error {
+	p.w, p.n, p.tokens, p.werr, p.stop, p.streamed = w, 0, 0, nil, false, false
+	p.sink.p = p
+	err := p.parse(kind, body, out, truncated)
+	out.PromptChars, out.PromptTokensExact = p.n, p.tokens
+	p.w = nil
+	if p.werr != nil && (err == nil || p.err.Code == CodeBadField || p.err.Code == CodeNoModel) {
+		return p.werr
+	}
+	return err
+}
+
 // parse reads the body in one forward pass: fields are extracted while the
-// reader validates, and the prompt is validated and located, not decoded.
+// reader validates, and the prompt is validated and located, not decoded
+// (or, under ParseText, decoded into p.w).
 func (p *Parser) parse(kind Kind, body []byte, out *Request, truncOK bool) error {
 	*out = Request{Kind: kind, N: 1}
 	p.kind, p.doc, p.prefix, p.promptOff, p.promptKind, p.parsed = kind, body, truncOK, 0, jsonx.None, false
@@ -222,6 +256,7 @@ func (p *Parser) parse(kind Kind, body []byte, out *Request, truncOK bool) error
 	}
 	if err := r.End(); err != nil {
 		*out = Request{Kind: kind, N: 1}
+		p.n, p.tokens = 0, 0
 		p.first = nil
 		e := err.(*jsonx.Error)
 		switch e.Code {
@@ -268,6 +303,7 @@ const (
 	ruleContent  = "a string, an array of content parts or null"
 	rulePart     = "a content part object"
 	ruleModelLen = "a string of at most 256 bytes"
+	ruleOnce     = "given once"
 )
 
 func (p *Parser) topField(r *jsonx.Reader) {
@@ -316,12 +352,32 @@ func (p *Parser) topField(r *jsonx.Reader) {
 			return
 		}
 		// Validated now, decoded by WriteText from its offset; the tape
-		// spares WriteText a second scan of the prompt's strings.
+		// spares WriteText a second scan of the prompt's strings. Under
+		// ParseText it is decoded now, and the tape serves the few values
+		// re-read out of order (content before role, content parts).
 		p.tape.Reset(p.tapeBuf[:])
 		r.RecordTape(&p.tape)
-		v := r.Value()
+		if p.w == nil {
+			v := r.Value()
+			p.promptOff, p.promptKind = v.Off, v.Kind
+		} else if p.streamed {
+			field := FieldMessages
+			if p.kind == Completion {
+				field = FieldPrompt
+			}
+			p.fail(CodeBadField, field, ruleOnce, r.Value().Raw)
+		} else {
+			p.streamed = true
+			depth := r.Depth()
+			if p.kind == Completion {
+				p.writePrompt(r)
+			} else {
+				p.writeMessages(r)
+			}
+			r.Unwind(depth) // a shape error stops writing, not reading
+			out.PromptBad = p.stop
+		}
 		r.RecordTape(nil)
-		p.promptOff, p.promptKind = v.Off, v.Kind
 	default:
 		r.Skip()
 	}
@@ -388,7 +444,7 @@ func (p *Parser) boolean(field string, v jsonx.Value) bool {
 // before stays written), or the writer's own error. Calling WriteText before
 // a successful (or field-error) Parse writes nothing.
 func (p *Parser) WriteText(w io.Writer, out *Request) error {
-	p.w, p.n, p.tokens, p.werr, p.first = w, 0, 0, nil, nil
+	p.w, p.n, p.tokens, p.werr, p.first, p.stop = w, 0, 0, nil, nil, false
 	p.sink.p = p
 	if p.parsed && p.promptKind != jsonx.None {
 		r := p.at(&p.rd, p.promptOff)
@@ -399,7 +455,7 @@ func (p *Parser) WriteText(w io.Writer, out *Request) error {
 			p.writeMessages(r)
 		}
 	}
-	out.PromptChars, out.PromptTokensExact = p.n, p.tokens
+	out.PromptChars, out.PromptTokensExact, out.PromptBad = p.n, p.tokens, p.stop
 	p.w = nil
 	if p.werr != nil {
 		return p.werr
@@ -422,7 +478,13 @@ func (p *Parser) at(r *jsonx.Reader, off int) *jsonx.Reader {
 	return r
 }
 
-func (p *Parser) ok() bool { return p.werr == nil && p.first == nil }
+func (p *Parser) ok() bool { return p.werr == nil && !p.stop }
+
+// failText records a prompt of the wrong shape and stops writing it.
+func (p *Parser) failText(code Code, field, rule string, v []byte) {
+	p.stop = true
+	p.fail(code, field, rule, v)
+}
 
 func (p *Parser) emit(b []byte) {
 	if p.werr != nil || len(b) == 0 {
@@ -465,7 +527,7 @@ func (p *Parser) writePrompt(r *jsonx.Reader) {
 			if i == 0 {
 				elem = vk
 			} else if vk != elem {
-				p.fail(CodeBadField, FieldPrompt, rulePrompt, r.Value().Raw)
+				p.failText(CodeBadField, FieldPrompt, rulePrompt, r.Value().Raw)
 				return
 			}
 			switch vk {
@@ -488,15 +550,15 @@ func (p *Parser) writePrompt(r *jsonx.Reader) {
 					case jsonx.Number:
 						p.emitToken(t)
 					default:
-						p.fail(CodeBadField, FieldPrompt, rulePrompt, t.Raw)
+						p.failText(CodeBadField, FieldPrompt, rulePrompt, t.Raw)
 					}
 				}
 			default:
-				p.fail(CodeBadField, FieldPrompt, rulePrompt, r.Value().Raw)
+				p.failText(CodeBadField, FieldPrompt, rulePrompt, r.Value().Raw)
 			}
 		}
 	default:
-		p.fail(CodeBadField, FieldPrompt, rulePrompt, r.Value().Raw)
+		p.failText(CodeBadField, FieldPrompt, rulePrompt, r.Value().Raw)
 	}
 }
 
@@ -508,7 +570,7 @@ func (p *Parser) emitToken(v jsonx.Value) {
 	}
 	id, ok := jsonx.ParseInt(v.Raw)
 	if !ok || id < 0 || id > 0xffffffff {
-		p.fail(CodeBadField, FieldPrompt, ruleTokenID, v.Raw)
+		p.failText(CodeBadField, FieldPrompt, ruleTokenID, v.Raw)
 		return
 	}
 	// Little-endian by hand: encoding/binary is kept out of the module.
@@ -523,7 +585,7 @@ func (p *Parser) writeMessages(r *jsonx.Reader) {
 		return
 	case jsonx.Array:
 	default:
-		p.fail(CodeBadField, FieldMessages, ruleMessages, r.Value().Raw)
+		p.failText(CodeBadField, FieldMessages, ruleMessages, r.Value().Raw)
 		return
 	}
 	r.Array()
@@ -533,7 +595,7 @@ func (p *Parser) writeMessages(r *jsonx.Reader) {
 		case jsonx.Object:
 			p.message(r)
 		default:
-			p.fail(CodeBadField, FieldMessages, ruleMessages, r.Value().Raw)
+			p.failText(CodeBadField, FieldMessages, ruleMessages, r.Value().Raw)
 		}
 	}
 }
@@ -558,7 +620,7 @@ func (p *Parser) message(r *jsonx.Reader) {
 				role, roleOK = jsonx.Value{}, false
 			case jsonx.None:
 			default:
-				p.fail(CodeBadField, FieldRole, ruleString, v.Raw)
+				p.failText(CodeBadField, FieldRole, ruleString, v.Raw)
 			}
 		case FieldContent:
 			if roleOK && !role.Partial && !headDone && p.ok() && r.Kind() == jsonx.String {
@@ -594,7 +656,7 @@ func (p *Parser) message(r *jsonx.Reader) {
 	case jsonx.Array:
 		p.parts(p.at(&p.sub, content.Off))
 	default:
-		p.fail(CodeBadField, FieldContent, ruleContent, content.Raw)
+		p.failText(CodeBadField, FieldContent, ruleContent, content.Raw)
 		return
 	}
 	if toolCalls.Kind == jsonx.Array || toolCalls.Kind == jsonx.Object {
@@ -624,7 +686,7 @@ func (p *Parser) parts(r *jsonx.Reader) {
 		case jsonx.Object:
 			p.part(r, &nth)
 		default:
-			p.fail(CodeBadField, FieldContent, rulePart, r.Value().Raw)
+			p.failText(CodeBadField, FieldContent, rulePart, r.Value().Raw)
 		}
 	}
 }
@@ -659,7 +721,7 @@ func (p *Parser) part(r *jsonx.Reader, nth *int) {
 			if text.Kind == jsonx.None || text.Kind == jsonx.Null {
 				return // vLLM skips text parts without text
 			}
-			p.fail(CodeBadField, FieldText, ruleString, text.Raw)
+			p.failText(CodeBadField, FieldText, ruleString, text.Raw)
 			return
 		}
 		if *nth > 0 {

@@ -257,8 +257,61 @@ func TestParse(t *testing.T) {
 			if req.PromptChars != buf.Len() {
 				t.Errorf("Parse(%.80q).PromptChars = %d, want %d", tt.body, req.PromptChars, buf.Len())
 			}
+			// One pass writes the same bytes and reports either error.
+			var one bytes.Buffer
+			var req1 Request
+			oerr := p.ParseText(tt.kind, []byte(tt.body), tt.trunc, &one, &req1)
+			if (oerr == nil) != (tt.wantErr == nil && tt.textErr == nil) ||
+				oerr != nil && !errors.Is(oerr, tt.wantErr) && !errors.Is(oerr, tt.textErr) {
+				t.Errorf("ParseText(%.80q) error = %v, want %v or %v", tt.body, oerr, tt.wantErr, tt.textErr)
+			}
+			got1 := parseWant{string(req1.Model), req1.MaxTokens, req1.HasMaxTokens, req1.Stream, req1.IncludeUsage,
+				req1.N, one.String(), req1.PromptTokensExact, req1.Truncated}
+			if got1 != tt.want || req1.PromptChars != one.Len() || req1.PromptBad != (tt.textErr != nil) {
+				t.Errorf("ParseText(%.80q) =\n %#v (chars %d, bad %v)\nwant\n %#v (chars %d, bad %v)", tt.body,
+					got1, req1.PromptChars, req1.PromptBad, tt.want, one.Len(), tt.textErr != nil)
+			}
 		})
 	}
+}
+
+// TestParseTextDuplicatePrompt: the first prompt is written, the second is
+// a field error.
+func TestParseTextDuplicatePrompt(t *testing.T) {
+	var p Parser
+	var req Request
+	var buf bytes.Buffer
+	body := `{"messages":[{"role":"user","content":"a"}],"model":"m","messages":[{"role":"user","content":"b"}]}`
+	err := p.ParseText(Chat, []byte(body), false, &buf, &req)
+	if !errors.Is(err, ErrBadField) || buf.String() != "user\x1ea\x1f" || string(req.Model) != "m" {
+		t.Fatalf("ParseText(%q) = %q, model %q, error %v; want %q, model \"m\", ErrBadField", body, buf.String(), req.Model, err, "user\x1ea\x1f")
+	}
+}
+
+// TestParseTextWriterError: the writer's error comes back, and writing stops.
+func TestParseTextWriterError(t *testing.T) {
+	var p Parser
+	var req Request
+	body := `{"model":"m","messages":[{"role":"user","content":"abc"},{"role":"user","content":"def"}]}`
+	w := &failWriter{left: 5}
+	if err := p.ParseText(Chat, []byte(body), false, w, &req); err != errWriter || req.PromptChars != 5 || string(req.Model) != "m" {
+		t.Fatalf("ParseText(%q) to a failing writer = %v, %d chars, model %q; want %v, 5, \"m\"", body, err, req.PromptChars, req.Model, errWriter)
+	}
+}
+
+var errWriter = errors.New("test: writer full")
+
+// failWriter accepts left bytes, then fails.
+type failWriter struct{ left int }
+
+func (w *failWriter) Write(b []byte) (int, error) {
+	if len(b) <= w.left {
+		w.left -= len(b)
+		return len(b), nil
+	}
+	n := w.left
+	w.left = 0
+	return n, errWriter
 }
 
 func hex16(h uint64) string {
@@ -295,6 +348,10 @@ func TestTruncatedIsPrefix(t *testing.T) {
 		}
 		if !bytes.HasPrefix(full.Bytes(), got.Bytes()) {
 			t.Fatalf("WriteText(body[:%d]) = %q, not a prefix of %q", n, got.Bytes(), full.Bytes())
+		}
+		var one bytes.Buffer
+		if err := p.ParseText(Chat, body[:n], true, &one, &req); err != nil && !errors.Is(err, ErrNoModel) || one.String() != got.String() {
+			t.Fatalf("ParseText(body[:%d]) = %q, %v; want %q", n, one.Bytes(), err, got.Bytes())
 		}
 	}
 }

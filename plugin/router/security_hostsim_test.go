@@ -337,7 +337,8 @@ func TestConfigBounds(t *testing.T) {
 		{name: "tick_ms 0", cfg: replicasConfig(2, 0, `,"tick_ms":0`), wantLog: "tick_ms"},
 		{name: "fallbacks 9", cfg: replicasConfig(2, 0, `,"fallbacks":9`), wantLog: "fallbacks"},
 		{name: "status_path 257 bytes", cfg: replicasConfig(2, 0, `,"status_path":"/`+strings.Repeat("s", 256)+`"`), wantLog: "status_path"},
-		{name: "64 KiB replica names", cfg: replicasConfig(16, 64<<10, "")},
+		{name: "253-byte replica names", cfg: replicasConfig(16, 253, "")},
+		{name: "64 KiB replica names", cfg: replicasConfig(16, 64<<10, ""), wantLog: "is 65536 bytes, more than the limit of 253"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -166,12 +166,12 @@ func (r *root) features(s *stream, body []byte, truncated bool) *scoring.Request
 		}
 		return req
 	}
-	var err error
-	if truncated {
-		err = r.parser.ParseTruncated(s.kind, body, &r.request)
-	} else {
-		err = r.parser.Parse(s.kind, body, &r.request)
-	}
+	// One pass: the prompt is hashed unseeded as it is validated, and the
+	// chain keyed with the model and adapter once the body named them
+	// (clients send "model" anywhere, the OpenAI Python SDK after
+	// "messages").
+	r.hasher.ResetDeferred()
+	err := r.parser.ParseText(s.kind, body, truncated, &r.hasher, &r.request)
 	if err != nil && len(r.request.Model) == 0 {
 		r.stats.add(r.stats.bodyUnparsed, 1)
 		req.PromptTokens = r.params.DefaultPromptTokens
@@ -179,8 +179,8 @@ func (r *root) features(s *stream, body []byte, truncated bool) *scoring.Request
 	}
 	model, adapter := r.resolveModel(r.request.Model)
 	req.Model, req.Adapter = model, adapter
-	r.hasher.Reset(model, adapter)
-	if r.parser.WriteText(&r.hasher, &r.request) != nil {
+	r.hasher.SetSeed(model, adapter)
+	if r.request.PromptBad {
 		r.stats.add(r.stats.bodyUnparsed, 1)
 	}
 	req.Chain = r.hasher.Chain()
