@@ -44,7 +44,7 @@ func TestScenarios(t *testing.T) {
 				t.Errorf("%s: a VM trapped: %v", name, r.Err)
 			}
 			if r.KnownGap != "" {
-				t.Logf("%s: known gap (TestKnownGapCrashWithoutFallbacks): lost %d: %s", name, r.Lost, r.KnownGap)
+				t.Logf("%s: known gap: lost %d: %s", name, r.Lost, r.KnownGap)
 			}
 			if r.Err != nil {
 				t.Errorf("%s: %v", name, r.Err)
@@ -87,16 +87,14 @@ func TestRunOneUnknown(t *testing.T) {
 	}
 }
 
-// TestKnownGapCrashWithoutFallbacks fails on purpose, opt-in
-// (GPUROUTE_KNOWN_GAPS=1): with the recommended fallbacks 0, a replica
-// crash loses the requests routed to it before three scrapes fail, because
-// the client's re-send goes to the same crashed replica (crashGap).
-func TestKnownGapCrashWithoutFallbacks(t *testing.T) {
-	if os.Getenv("GPUROUTE_KNOWN_GAPS") == "" {
-		t.Skip("known gap, opt-in: GPUROUTE_KNOWN_GAPS=1")
-	}
+// TestCrashWithoutFallbacks: with the recommended fallbacks 0
+// (ORIGINAL_DST), a replica crash loses no request: the plugin learns from
+// Envoy's 503s for the refused connections (passive health) and the
+// client's re-send goes elsewhere, where it used to wait for three failed
+// scrapes and lose the re-sends in between.
+func TestCrashWithoutFallbacks(t *testing.T) {
 	r := RunOne(testOptions(t), "replica-crash")
-	if r.Lost != 0 {
-		t.Errorf("replica-crash: lost %d of %d requests, want 0: %s", r.Lost, r.Sent, crashGap)
+	if r.Err != nil || r.Lost != 0 {
+		t.Errorf("replica-crash: lost %d of %d requests, want 0 (err %v): %s", r.Lost, r.Sent, r.Err, r.Figures)
 	}
 }

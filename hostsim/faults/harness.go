@@ -25,6 +25,7 @@ const (
 	statPrefixHits    = "gpuroute_prefix_hit_tokens_total"
 	statPromptTokens  = "gpuroute_prompt_tokens_total"
 	statPanics        = "gpuroute_panics_total"
+	statPassiveEjects = "gpuroute_passive_ejections_total"
 )
 
 // start is the virtual wall clock's origin: drain deadlines in
@@ -230,6 +231,16 @@ func chatBody(content string) []byte {
 	return []byte(`{"model":"llama-3-8b","stream":true,"max_tokens":64,"messages":[{"role":"user","content":"` + content + `"}]}`)
 }
 
+// Response headers as Envoy forwards them: an upstream's answer carries
+// x-envoy-upstream-service-time (Envoy's router adds it), Envoy's own
+// local reply does not; both get server: envoy.
+var (
+	upstreamOK = [][2]string{{":status", "200"}, {"content-type", "text/event-stream"},
+		{"x-envoy-upstream-service-time", "4"}, {"server", "envoy"}}
+	envoyConnectFailure = [][2]string{{":status", "503"}, {"content-type", "text/plain"},
+		{"server", "envoy"}}
+)
+
 var (
 	sseChunk = []byte(`data: {"choices":[{"delta":{"content":"tok"}}]}` + "\n\n")
 	sseDone  = []byte("data: [DONE]\n\n")
@@ -276,16 +287,21 @@ func (e *env) dispatch(w int, content string) (*hostsim.Stream, *replica, *hosts
 			return s, rep, nil, nil
 		}
 	}
-	// Envoy answers the refused connection with its own 503, through the
-	// filter's response callbacks.
-	_, err = s.ResponseHeaders([][2]string{{":status", "503"}}, true)
+	// Envoy answers the refused connection with its own 503 (a local
+	// reply, response code details upstream_reset_before_response_started
+	// {connection_failure}), through the filter's response callbacks: no
+	// x-envoy-upstream-service-time, which only upstream responses carry.
+	_, err = s.ResponseHeaders(envoyConnectFailure, false)
+	if err == nil {
+		_, err = s.ResponseBody([]byte("upstream connect error or disconnect/reset before headers. reset reason: connection failure"), true)
+	}
 	return s, nil, nil, err
 }
 
 // finish streams the rest of a response and ends the stream.
 func (e *env) finish(s *hostsim.Stream, rep *replica, headersSent bool) error {
 	if !headersSent {
-		if _, err := s.ResponseHeaders([][2]string{{":status", "200"}, {"content-type", "text/event-stream"}}, false); err != nil {
+		if _, err := s.ResponseHeaders(upstreamOK, false); err != nil {
 			return err
 		}
 		if _, err := s.ResponseBody(sseChunk, false); err != nil {
@@ -381,7 +397,7 @@ func (e *env) openFlights(n, from int) {
 			e.fail(s.Done())
 			e.resend(w, c)
 		default:
-			if _, err := s.ResponseHeaders([][2]string{{":status", "200"}}, false); err != nil {
+			if _, err := s.ResponseHeaders(upstreamOK, false); err != nil {
 				e.fail(err)
 				return
 			}

@@ -85,10 +85,19 @@ type root struct {
 
 	// Scraping (scrape.go): one parser per replica (engines differ), the
 	// calls in flight, and the leader's copy of the snapshot it publishes.
-	parsers    []*metrics.Parser
-	scrapeDone []func(numHeaders, bodySize, numTrailers int) // per replica
-	sample     metrics.Sample
-	scraping   int
+	// scrapeRoundOf[i] is the tick whose call to replica i is outstanding
+	// (0: none); scraping counts the current tick's outstanding calls.
+	parsers       []*metrics.Parser
+	scrapeDone    []func(numHeaders, bodySize, numTrailers int) // per replica
+	sample        metrics.Sample
+	scraping      int
+	scrapeRound   uint32
+	scrapeRoundOf []uint32
+	scrapeDirty   bool
+
+	// Passive health (passive.go): routed requests' outcomes per replica,
+	// shared between the worker VMs.
+	passive passive
 
 	// free recycles stream contexts so a new stream allocates nothing in
 	// steady state (live streams are on the vm).
@@ -240,6 +249,9 @@ func (r *root) NewHttpContext(contextID uint32) types.HttpContext {
 		s = &stream{}
 	}
 	s.reset(r, contextID)
+	// Before the stream's decision: another worker may have just ejected a
+	// replica (a client's re-send comes through any worker).
+	r.syncSuspects(time.Now().UnixNano())
 	return s
 }
 

@@ -25,6 +25,9 @@ func (r *root) tick(now int64) {
 		r.scrape(now)
 	}
 	r.readSnapshot()
+	r.syncSuspects(now)
+	// Ejections end and evidence ages between snapshots too.
+	r.presentAll(now)
 	r.exchangeWork(now)
 	r.mergePrefixes()
 	r.enforceDrains(now)
@@ -206,11 +209,11 @@ func (r *root) readSnapshot() {
 
 // applySnapshot copies the snapshot's figures into the decision's view.
 func (r *root) applySnapshot() {
+	now := time.Now().UnixNano()
 	for i := range r.replicas {
 		s := &r.snap.Replicas[i]
 		rep := &r.replicas[i]
 		c := &r.cfg.Replicas[i]
-		rep.ScrapedNanos = s.ScrapedNanos
 		rep.WaitingRequests = int(s.Waiting)
 		rep.RunningRequests = int(s.Running)
 		rep.KVUsage = float64(s.KVUsage)
@@ -227,8 +230,9 @@ func (r *root) applySnapshot() {
 			rep.Adapters = append(rep.Adapters, scoring.Adapter{Name: a.Name, Tier: scoring.TierGPU, Active: true})
 		}
 		// Metrics that keep failing rule the replica out; a single failure
-		// only ages its figures (Pick treats stale as uncertain).
-		rep.Healthy = s.Failures < uint32(r.cfg.UnhealthyAfterFailures)
+		// only ages its figures (Pick treats stale as uncertain). Health and
+		// age also weigh the passive evidence (passive.go).
+		r.present(i, now)
 		if rep.KVCapacityTokens > 0 {
 			r.index.SetCapacityTokens(i, rep.KVCapacityTokens)
 		}

@@ -25,6 +25,7 @@ const (
 	statBodyUnparsed    = "gpuroute_body_unparsed_total"
 	statLeaseChanges    = "gpuroute_lease_changes_total"
 	statSweptFlights    = "gpuroute_swept_flights_total"
+	statPassiveEjects   = "gpuroute_passive_ejections_total"
 	statInFlight        = "gpuroute_in_flight"
 	statClosedReplicas  = "gpuroute_closed_replicas"
 )
@@ -43,6 +44,7 @@ type stats struct {
 	scrapes, scrapeFailures, drainResets     uint32
 	unavailable, overloaded, bodyUnparsed    uint32
 	leaseChanges, sweptFlights               uint32
+	passiveEjections                         uint32
 	inFlight, closedReplicas                 uint32
 	byReason                                 [numReasons]uint32
 }
@@ -70,6 +72,7 @@ func (s *stats) define(log *logPrefix) {
 	s.bodyUnparsed = def(c, statBodyUnparsed)
 	s.leaseChanges = def(c, statLeaseChanges)
 	s.sweptFlights = def(c, statSweptFlights)
+	s.passiveEjections = def(c, statPassiveEjects)
 	s.inFlight = def(proxy.MetricTypeGauge, statInFlight)
 	s.closedReplicas = def(proxy.MetricTypeGauge, statClosedReplicas)
 	for i := range s.byReason {

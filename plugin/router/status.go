@@ -55,6 +55,7 @@ func isStatusPath(path []byte, want string) bool {
 // this worker sees it. It echoes nothing from the request.
 func (r *root) serveStatus() types.Action {
 	now := time.Now().UnixNano()
+	r.syncSuspects(now)
 	b := append(r.scratch[:0], `{"root":`...)
 	b = strconv.AppendUint(b, uint64(r.id), 10)
 	b = append(b, `,"worker":`...)
@@ -98,14 +99,33 @@ func (r *root) serveStatus() types.Action {
 		b = strconv.AppendInt(b, int64(rep.RunningRequests), 10)
 		b = append(b, `,"kv_usage":`...)
 		b = strconv.AppendFloat(b, rep.KVUsage, 'f', 3, 64)
+		// The metrics' own age (not the evidence age the decision uses,
+		// passive.go), never negative: after the wall clock steps back a
+		// scrape can be stamped in the future.
+		scraped := r.snap.Replicas[i].ScrapedNanos
 		b = append(b, `,"scrape_age_ms":`...)
-		if rep.ScrapedNanos == 0 {
+		if scraped == 0 {
 			b = append(b, `null`...)
 		} else {
-			b = strconv.AppendInt(b, (now-rep.ScrapedNanos)/int64(time.Millisecond), 10)
+			b = strconv.AppendInt(b, max(now-scraped, 0)/int64(time.Millisecond), 10)
 		}
+		b = append(b, `,"stale":`...)
+		b = strconv.AppendBool(b, rep.ScrapedNanos == 0 || now-rep.ScrapedNanos > int64(r.params.StaleAfter))
 		b = append(b, `,"scrape_failures":`...)
 		b = strconv.AppendUint(b, uint64(r.snap.Replicas[i].Failures), 10)
+		if i < len(r.passive.entries) {
+			e := &r.passive.entries[i]
+			b = append(b, `,"passive_failures":`...)
+			b = strconv.AppendUint(b, uint64(e.Failures), 10)
+			b = append(b, `,"passive_ejections":`...)
+			b = strconv.AppendUint(b, uint64(e.Ejections), 10)
+			b = append(b, `,"ejected_for_ms":`...)
+			if r.passive.ejected(i, now) {
+				b = strconv.AppendInt(b, (e.UntilNanos-now)/int64(time.Millisecond), 10)
+			} else {
+				b = append(b, `null`...)
+			}
+		}
 		b = append(b, `,"prefill_ms_per_1k_tokens":`...)
 		b = strconv.AppendFloat(b, rep.Hardware.PrefillSeconds(1000)*1000, 'f', 1, 64)
 		b = append(b, '}')

@@ -37,11 +37,15 @@ type stream struct {
 	streaming       bool
 	counter         openai.StreamCounter
 	explain         []byte
+	// Passive health (passive.go): the replica that answered 2xx (-1:
+	// none yet) and whether a drain deadline ended the stream.
+	answeredBy int
+	forced     bool
 }
 
 func (s *stream) reset(r *root, id uint32) {
 	explain := s.explain[:0]
-	*s = stream{root: r, id: id, replica: -1, liveAt: -1, explain: explain}
+	*s = stream{root: r, id: id, replica: -1, liveAt: -1, explain: explain, answeredBy: -1}
 }
 
 // OnHttpRequestHeaders removes any client-sent destination first, before
@@ -193,8 +197,12 @@ func (r *root) features(s *stream, body []byte, truncated bool) *scoring.Request
 	return req
 }
 
-// OnHttpResponseHeaders adds the opt-in explanation header.
-func (s *stream) OnHttpResponseHeaders(int, bool) types.Action {
+// OnHttpResponseHeaders adds the opt-in explanation header and, for a
+// routed request, reads what the response says of the replica's health.
+func (s *stream) OnHttpResponseHeaders(_ int, endOfStream bool) types.Action {
+	if s.replica >= 0 {
+		s.observeResponse(endOfStream)
+	}
 	if s.root.cfg.DecisionHeader && len(s.explain) > 0 {
 		_ = proxy.ReplaceHeaderMapValue(proxy.MapTypeHttpResponseHeaders, HeaderDecision, string(s.explain))
 	}
@@ -267,6 +275,9 @@ func (s *stream) release() {
 			}
 			r.ledger.Done(s.flight, tokens)
 		} else {
+			if s.answeredBy >= 0 && !s.forced {
+				r.passiveInterrupted(s.answeredBy, time.Now().UnixNano())
+			}
 			r.ledger.Cancel(s.flight)
 		}
 		r.stats.add(r.stats.inFlight, -1)
@@ -285,6 +296,7 @@ func (s *stream) release() {
 // then runs the stream's done callbacks, which find nothing left to release.
 func (s *stream) forceEnd() {
 	r := s.root
+	s.forced = true
 	s.release()
 	if err := proxy.SetEffectiveContext(s.id); err != nil {
 		return
