@@ -25,7 +25,8 @@ type Ledger struct {
 	reps  []repAcc
 	adapt []adapterMem
 	est   []outputEst
-	mark  []uint64 // scratch bitset for Pick: replicas remembered to hold the adapter
+	mark  []uint64 // scratch bitset for Pick: replicas remembered to hold the adapter in GPU memory
+	host  []uint64 // scratch bitset for Pick: replicas remembered to hold it in host memory
 	// promptMean is an EWMA of the uncached prompt tokens of dispatched
 	// requests, outputMean of completed outputs; 0 until the first sample.
 	promptMean float64
@@ -131,6 +132,7 @@ func NewLedger(p Params, maxReplicas, maxInFlight int) *Ledger {
 		adapt:   make([]adapterMem, 0, ledgerAdapterSlots),
 		est:     make([]outputEst, 0, ledgerEstimators),
 		mark:    make([]uint64, (maxReplicas+63)/64),
+		host:    make([]uint64, (maxReplicas+63)/64),
 	}
 	for i := maxInFlight - 1; i >= 0; i-- {
 		l.free = append(l.free, int32(i))
@@ -470,20 +472,43 @@ func (l *Ledger) rememberAdapter(adapter uint64, replica int32, until int64) {
 	}
 }
 
-// markAdapter fills l.mark with the replicas remembered to hold adapter at
-// nowNanos.
+// markAdapter fills l.mark with the replicas remembered to hold adapter in
+// GPU memory at nowNanos (sent there within Params.AdapterMemory), and
+// l.host with those remembered to hold it in host memory (within
+// Params.AdapterHostMemory after that): engines keep recently used
+// adapters in a CPU LoRA cache (vLLM --max-cpu-loras) that no metric shows.
 func (l *Ledger) markAdapter(adapter uint64, nowNanos int64) {
 	clear(l.mark)
+	clear(l.host)
 	for i := range l.adapt {
 		a := &l.adapt[i]
-		if a.adapter == adapter && a.until > nowNanos && int(a.replica) < len(l.reps) {
-			l.mark[a.replica>>6] |= 1 << (uint(a.replica) & 63)
+		if a.adapter != adapter || int(a.replica) >= len(l.reps) {
+			continue
+		}
+		bit := uint64(1) << (uint(a.replica) & 63)
+		switch {
+		case a.until > nowNanos:
+			l.mark[a.replica>>6] |= bit
+		case a.until+int64(l.p.AdapterHostMemory) > nowNanos:
+			l.host[a.replica>>6] |= bit
 		}
 	}
 }
 
-func (l *Ledger) marked(replica int) bool {
-	return replica>>6 < len(l.mark) && l.mark[replica>>6]&(1<<(uint(replica)&63)) != 0
+// remembered returns where the ledger believes replica holds the adapter
+// last passed to markAdapter: TierGPU, TierHost, or TierStorage (nowhere).
+func (l *Ledger) remembered(replica int) AdapterTier {
+	if l == nil || replica>>6 >= len(l.mark) {
+		return TierStorage
+	}
+	bit := uint64(1) << (uint(replica) & 63)
+	switch {
+	case l.mark[replica>>6]&bit != 0:
+		return TierGPU
+	case l.host[replica>>6]&bit != 0:
+		return TierHost
+	}
+	return TierStorage
 }
 
 // sync recomputes replica's unseen work against a new snapshot time: the

@@ -22,6 +22,12 @@ type Params struct {
 	// running or waiting requests, so a just-finished adapter disappears
 	// from metrics while still loaded).
 	AdapterMemory time.Duration
+	// AdapterHostMemory is how long, after AdapterMemory, an adapter the
+	// router sent to a replica counts as held in the replica's host-memory
+	// LoRA cache, so loading it again costs AdapterLoadHostSec rather than a
+	// load from storage (default 10m: vLLM's CPU LoRA cache is LRU over
+	// --max-cpu-loras adapters, which turn over in minutes, not seconds).
+	AdapterHostMemory time.Duration
 	// AdapterToleranceSec is extra cost added to any adapter load, to
 	// favour residency beyond the raw load time (default 0: the pure rule).
 	AdapterToleranceSec float64
@@ -65,6 +71,7 @@ func DefaultParams() Params {
 		StaleAfter:          2 * time.Second,
 		StalePenaltySec:     0.25,
 		AdapterMemory:       60 * time.Second,
+		AdapterHostMemory:   10 * time.Minute,
 		AdapterToleranceSec: 0,
 		TieEpsilonSec:       0.001,
 		HomeBlocks:          4,
@@ -85,6 +92,8 @@ func (p *Params) Validate() error {
 		return errors.New("scoring: stale_penalty_sec must be in [0, 3600], got " + ftoa(p.StalePenaltySec))
 	case p.AdapterMemory < 0:
 		return errors.New("scoring: adapter_memory must be >= 0, got " + p.AdapterMemory.String())
+	case p.AdapterHostMemory < 0:
+		return errors.New("scoring: adapter_host_memory must be >= 0, got " + p.AdapterHostMemory.String())
 	case !(p.AdapterToleranceSec >= 0) || p.AdapterToleranceSec > 3600:
 		return errors.New("scoring: adapter_tolerance_sec must be in [0, 3600], got " + ftoa(p.AdapterToleranceSec))
 	case !(p.TieEpsilonSec >= 0) || p.TieEpsilonSec > 10:

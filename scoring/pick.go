@@ -201,7 +201,7 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		// A(r, a).
 		slotWait := false
 		if req.Adapter != "" {
-			a, ok := adapterCost(p, r, req.Adapter, l != nil && l.marked(i))
+			a, ok := adapterCost(p, r, req.Adapter, l.remembered(i))
 			switch {
 			case ok:
 				c.AdapterSec = a
@@ -490,14 +490,14 @@ func meanArrivalRate(p *Params, replicas []Replica, l *Ledger, nowNanos int64) f
 }
 
 // adapterCost returns A(r, a) and whether r can serve adapter at all.
-func adapterCost(p *Params, r *Replica, adapter string, remembered bool) (float64, bool) {
+func adapterCost(p *Params, r *Replica, adapter string, remembered AdapterTier) (float64, bool) {
 	if r.AdapterSlots == 0 {
 		return 0, false
 	}
-	if remembered {
+	if remembered == TierGPU {
 		return 0, true
 	}
-	tier := TierStorage
+	tier := remembered
 	gpu, evictable := 0, false
 	for i := range r.Adapters {
 		a := &r.Adapters[i]

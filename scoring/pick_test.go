@@ -753,3 +753,33 @@ func TestAdapterSlotsBusyQueues(t *testing.T) {
 		t.Errorf("Pick(replica 1 serves no adapters) = %d, want 0", d.Index)
 	}
 }
+
+// TestAdapterRememberedTiers: an adapter this router sent to a replica
+// counts as GPU-resident for AdapterMemory, then as held in host memory for
+// AdapterHostMemory, then as not there at all.
+func TestAdapterRememberedTiers(t *testing.T) {
+	p := exactParams()
+	rs := fleet("h100", 1, 0)
+	h := &rs[0].Hardware
+	l := NewLedger(p, 1, 8)
+	req := Request{PromptTokens: 100, Adapter: "sql"}
+	l.Cancel(l.Dispatch(0, &req, 100, 0))
+	tests := []struct {
+		name  string
+		after time.Duration
+		want  float64
+	}{
+		{"gpu", p.AdapterMemory / 2, 0},
+		{"host", p.AdapterMemory + p.AdapterHostMemory/2, h.AdapterLoadHostSec},
+		{"storage", p.AdapterMemory + p.AdapterHostMemory + time.Second, h.AdapterLoadStorageSec},
+	}
+	for _, tt := range tests {
+		now := int64(tt.after)
+		rs[0].ScrapedNanos = now
+		var d Decision
+		Pick(&p, &req, rs, nil, l, now, &d)
+		if c, ok := d.Chosen(); !ok || c.AdapterSec != tt.want {
+			t.Errorf("%s: A %v after the dispatch = %v, want %v", tt.name, tt.after, c.AdapterSec, tt.want)
+		}
+	}
+}

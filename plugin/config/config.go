@@ -52,6 +52,7 @@ const (
 	KeyStaleAfterMs       = "stale_after_ms"
 	KeyStalePenaltyMs     = "stale_penalty_ms"
 	KeyAdapterMemoryMs    = "adapter_memory_ms"
+	KeyAdapterHostMemMs   = "adapter_host_memory_ms"
 	KeyAdapterTolerance   = "adapter_tolerance_ms"
 	KeyTieEpsilonMs       = "tie_epsilon_ms"
 	KeyPrefillChunkTokens = "prefill_chunk_tokens"

@@ -52,7 +52,7 @@ func TestParseAccepts(t *testing.T) {
 		{name: "routing keys", in: `{"replicas":[{"name":"a","address":"10.0.0.1:1","hardware":"L4","adapter_slots":4,"kv_capacity_tokens":40000,"metrics_path":"/prometheus/metrics"}],` +
 			`"adapters":{"sql-lora":"llama-3-8b"},"block_chars":128,"max_body_bytes":65536,"scrape_timeout_ms":200,"lease_ms":900,` +
 			`"unhealthy_after_failures":5,"decision_header":true,"status_path":"/gpuroute/status","max_wait_ms":2500,"fallbacks":2,` +
-			`"stale_after_ms":500,"stale_penalty_ms":100,"adapter_memory_ms":0,"adapter_tolerance_ms":20,"tie_epsilon_ms":3,"prefill_chunk_tokens":2048}`,
+			`"stale_after_ms":500,"stale_penalty_ms":100,"adapter_memory_ms":0,"adapter_host_memory_ms":120000,"adapter_tolerance_ms":20,"tie_epsilon_ms":3,"prefill_chunk_tokens":2048}`,
 			check: func(c *Config) bool {
 				r, p := c.Replicas[0], c.Params
 				a, ok := c.LookupAdapter([]byte("sql-lora"))
@@ -61,7 +61,7 @@ func TestParseAccepts(t *testing.T) {
 					c.MaxBodyBytes == 65536 && c.ScrapeTimeoutMillis == 200 && c.LeaseMillis == 900 && c.UnhealthyAfterFailures == 5 &&
 					c.DecisionHeader && c.StatusPath == "/gpuroute/status" && c.MaxWaitSec == 2.5 && c.Fallbacks == 2 &&
 					p.StaleAfter == 500*time.Millisecond && p.StalePenaltySec == 0.1 && p.AdapterMemory == 0 &&
-					p.AdapterToleranceSec == 0.02 && p.TieEpsilonSec == 0.003 && p.PrefillChunkTokens == 2048
+					p.AdapterToleranceSec == 0.02 && p.AdapterHostMemory == 2*time.Minute && p.TieEpsilonSec == 0.003 && p.PrefillChunkTokens == 2048
 			}},
 		{name: "lease defaults to three ticks", in: `{"replicas":[{"name":"a","address":"10.0.0.1:1"}],"tick_ms":500}`, check: func(c *Config) bool {
 			_, isAdapter := c.LookupAdapter([]byte("llama-3-8b"))

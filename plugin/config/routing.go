@@ -71,6 +71,9 @@ func parseRouting(cfg *Config, key string, r *jsonx.Reader) error {
 	case KeyAdapterMemoryMs:
 		n, err = boundedInt(key, v, 0, 3_600_000)
 		p.AdapterMemory = time.Duration(n) * time.Millisecond
+	case KeyAdapterHostMemMs:
+		n, err = boundedInt(key, v, 0, 24*3_600_000)
+		p.AdapterHostMemory = time.Duration(n) * time.Millisecond
 	case KeyStalePenaltyMs:
 		n, err = boundedInt(key, v, 0, 3_600_000)
 		p.StalePenaltySec = float64(n) / 1000
