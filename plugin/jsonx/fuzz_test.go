@@ -206,3 +206,51 @@ func checkPrefixes(t *testing.T, data []byte) {
 		}
 	}
 }
+
+// FuzzWriteString holds WriteString's fast path (decodeRun, scratch of 64
+// bytes or more) to its general loop (16-byte scratch) on every input, whole
+// and cut at every length in prefix mode: the same error, cut and offset,
+// the same text unless there is an error (what is written before a syntax
+// error is unspecified), and for valid strings the text AppendUnescape
+// gives.
+func FuzzWriteString(f *testing.F) {
+	for _, s := range []string{
+		`"abc"`, `"` + strings.Repeat(`SELECT 1;\n`, 20) + `"`, `"a\u00e9\ud83d\ude00b` + strings.Repeat("x", 40) + `\q"`,
+		`"` + strings.Repeat("y", 70) + "\x01\"", `"` + strings.Repeat(`\"`, 50) + `\`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		write := func(d []byte, prefix bool, size int) (string, error, bool, int) {
+			var r Reader
+			if prefix {
+				r.ResetPrefix(d)
+			} else {
+				r.Reset(d)
+			}
+			var w chunkWriter
+			r.WriteString(&w, make([]byte, size))
+			return w.String(), r.Err(), r.Truncated(), r.Offset()
+		}
+		for n := len(data); n >= 0; n-- {
+			prefix := n < len(data)
+			slow, serr, scut, soff := write(data[:n], prefix, 16)
+			for _, size := range []int{64, 100, 2048} {
+				fast, ferr, fcut, foff := write(data[:n], prefix, size)
+				if fast != slow && serr == nil || (ferr == nil) != (serr == nil) || ferr != nil && ferr.Error() != serr.Error() ||
+					fcut != scut || foff != soff {
+					t.Fatalf("WriteString(%q, scratch %d) = %q, %v, cut %v, offset %d; scratch 16: %q, %v, cut %v, offset %d",
+						data[:n], size, fast, ferr, fcut, foff, slow, serr, scut, soff)
+				}
+			}
+			if !prefix && serr == nil && len(data) > 1 && data[0] == '"' {
+				if want := string(AppendUnescape(nil, data[1:soff-1])); slow != want {
+					t.Fatalf("WriteString(%q) = %q, AppendUnescape %q", data, slow, want)
+				}
+			}
+			if n > 0 && len(data) > 300 {
+				n -= len(data) / 50 // long inputs: a few dozen cuts
+			}
+		}
+	})
+}

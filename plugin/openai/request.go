@@ -118,6 +118,8 @@ type Parser struct {
 	one           [1]byte
 	hexbuf        [18]byte
 	sink          sink
+	holdSink      holdSink
+	held          []byte // see holdSink
 
 	// Located by Parse, consumed by WriteText.
 	kind       Kind
@@ -145,6 +147,16 @@ type Parser struct {
 // sink lets jsonx write decoded text through Parser.emit without an
 // allocation (a pointer to a field converts to an interface for free).
 type sink struct{ p *Parser }
+
+// holdSink collects decoded text in Parser.held: a message's content read
+// before its role. It grows to the longest such content seen (at most the
+// body's size) and is reused.
+type holdSink struct{ p *Parser }
+
+func (s *holdSink) Write(b []byte) (int, error) {
+	s.p.held = append(s.p.held, b...)
+	return len(b), nil
+}
 
 func (s *sink) Write(b []byte) (int, error) {
 	s.p.emit(b)
@@ -215,7 +227,7 @@ func (p *Parser) ParseTruncated(kind Kind, body []byte, out *Request) error {
 // and its text cannot be unwritten).
 func (p *Parser) ParseText(kind Kind, body []byte, truncated bool, w io.Writer, out *Request) error {
 	p.w, p.n, p.tokens, p.werr, p.stop, p.streamed = w, 0, 0, nil, false, false
-	p.sink.p = p
+	p.sink.p, p.holdSink.p = p, p
 	err := p.parse(kind, body, out, truncated)
 	out.PromptChars, out.PromptTokensExact = p.n, p.tokens
 	p.w = nil
@@ -445,7 +457,7 @@ func (p *Parser) boolean(field string, v jsonx.Value) bool {
 // a successful (or field-error) Parse writes nothing.
 func (p *Parser) WriteText(w io.Writer, out *Request) error {
 	p.w, p.n, p.tokens, p.werr, p.first, p.stop = w, 0, 0, nil, nil, false
-	p.sink.p = p
+	p.sink.p, p.holdSink.p = p, p
 	if p.parsed && p.promptKind != jsonx.None {
 		r := p.at(&p.rd, p.promptOff)
 		switch p.kind {
@@ -558,7 +570,9 @@ func (p *Parser) writePrompt(r *jsonx.Reader) {
 			}
 		}
 	default:
-		p.failText(CodeBadField, FieldPrompt, rulePrompt, r.Value().Raw)
+		if v := r.Value(); v.Kind != jsonx.None { // None: a number or literal cut at the end
+			p.failText(CodeBadField, FieldPrompt, rulePrompt, v.Raw)
+		}
 	}
 }
 
@@ -585,7 +599,9 @@ func (p *Parser) writeMessages(r *jsonx.Reader) {
 		return
 	case jsonx.Array:
 	default:
-		p.failText(CodeBadField, FieldMessages, ruleMessages, r.Value().Raw)
+		if v := r.Value(); v.Kind != jsonx.None { // None: a number or literal cut at the end
+			p.failText(CodeBadField, FieldMessages, ruleMessages, v.Raw)
+		}
 		return
 	}
 	r.Array()
@@ -607,7 +623,7 @@ func (p *Parser) writeMessages(r *jsonx.Reader) {
 // otherwise.
 func (p *Parser) message(r *jsonx.Reader) {
 	var role, content, toolCalls jsonx.Value
-	roleOK, headDone := false, false
+	roleOK, headDone, held := false, false, false
 	r.Object()
 	for r.Member() {
 		switch string(r.Key()) {
@@ -630,7 +646,16 @@ func (p *Parser) message(r *jsonx.Reader) {
 				content = jsonx.Value{}
 				continue
 			}
-			content = r.Value()
+			if !headDone && p.ok() && r.Kind() == jsonx.String {
+				// Content before role (encoding/json sorts map keys so;
+				// SDKs send role first): decode it now, in this pass, and
+				// write it once the role is known.
+				p.held = p.held[:0]
+				r.WriteString(&p.holdSink, p.scratch[:])
+				held, content = true, jsonx.Value{}
+				continue
+			}
+			held, content = false, r.Value()
 		case FieldToolCalls:
 			toolCalls = r.Value()
 		default:
@@ -648,6 +673,9 @@ func (p *Parser) message(r *jsonx.Reader) {
 			return
 		}
 		p.head(role)
+	}
+	if held {
+		p.emit(p.held)
 	}
 	switch content.Kind {
 	case jsonx.None, jsonx.Null:

@@ -405,3 +405,27 @@ func TestErrorMessage(t *testing.T) {
 		t.Errorf("Parse(max_tokens -3) error = %v, want %s", err, want)
 	}
 }
+
+// TestContentBeforeRole: a message whose content comes before its role
+// (encoding/json's key order) writes what the role-first message writes,
+// in one pass and in two.
+func TestContentBeforeRole(t *testing.T) {
+	content := strings.Repeat(`line \"one\"\n`, 300)
+	roleFirst := `{"model":"m","messages":[{"role":"system","content":"` + content + `"},{"role":"user","content":"q"}]}`
+	contentFirst := `{"messages":[{"content":"` + content + `","role":"system"},{"content":"q","role":"user"}],"model":"m"}`
+	var p Parser
+	var req Request
+	var want, one, two bytes.Buffer
+	if err := p.ParseText(Chat, []byte(roleFirst), false, &want, &req); err != nil {
+		t.Fatalf("ParseText(role first) error = %v", err)
+	}
+	if err := p.ParseText(Chat, []byte(contentFirst), false, &one, &req); err != nil || one.String() != want.String() {
+		t.Fatalf("ParseText(content first) = %.60q, %v; want %.60q", one.String(), err, want.String())
+	}
+	if err := p.Parse(Chat, []byte(contentFirst), &req); err != nil {
+		t.Fatalf("Parse(content first) error = %v", err)
+	}
+	if err := p.WriteText(&two, &req); err != nil || two.String() != want.String() {
+		t.Fatalf("WriteText(content first) = %.60q, %v; want %.60q", two.String(), err, want.String())
+	}
+}
