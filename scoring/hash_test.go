@@ -234,3 +234,30 @@ func TestPrefixHasherGolden(t *testing.T) {
 		}
 	}
 }
+
+// TestPrefixHasherBlocks: the chain is hashBytes chained over the blocks
+// and keyed with the seed, for the default block size (hashed by a
+// straight-line copy of hashBytes) and another.
+func TestPrefixHasherBlocks(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	text := make([]byte, 4000)
+	for j := range text {
+		text[j] = byte(rng.Uint32())
+	}
+	for _, bc := range []int{64, 48} {
+		var h PrefixHasher
+		h.Init(bc, 0)
+		h.Reset("m", "a")
+		h.Write(text)
+		prev := fmix(uint64(bc) * mixK0)
+		for i, got := range h.Chain() {
+			prev = hashBytes(prev, text[i*bc:(i+1)*bc])
+			if want := fmix(prev ^ h.Seed()); got != want {
+				t.Fatalf("Chain()[%d] with %d-byte blocks = %#x, want %#x", i, bc, got, want)
+			}
+		}
+		if len(h.Chain()) != len(text)/bc {
+			t.Fatalf("len(Chain()) = %d, want %d", len(h.Chain()), len(text)/bc)
+		}
+	}
+}

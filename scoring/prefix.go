@@ -1,6 +1,9 @@
 package scoring
 
-import "io"
+import (
+	"io"
+	"math/bits"
+)
 
 // Prefix hashing defaults.
 const (
@@ -128,15 +131,50 @@ func (h *PrefixHasher) Write(p []byte) (int, error) {
 		if h.fill < bc {
 			return n, nil
 		}
-		h.block(h.buf[:bc])
+		h.blocks(h.buf[:bc])
 		h.fill = 0
 	}
-	for len(p) >= bc {
-		h.block(p[:bc])
-		p = p[bc:]
+	if len(p) >= bc {
+		h.blocks(p[:len(p)/bc*bc])
+		p = p[len(p)/bc*bc:]
 	}
 	h.fill = copy(h.buf[:], p)
 	return n, nil
+}
+
+// blocks hashes whole blocks straight from p (len(p) a multiple of the
+// block size), with the chain state in locals: under wazero a call per
+// block and the fields reloaded around it cost as much as the hashing.
+func (h *PrefixHasher) blocks(p []byte) {
+	bc := h.blockChars
+	prev, chain, room := h.prev, h.chain, h.maxBlocks-len(h.chain)
+	seed, seeded := h.seed, h.seeded
+	for ; len(p) >= bc && room > 0; room-- {
+		if bc == 64 {
+			// hash64, inlined by hand (too big for the compiler's budget).
+			b := p[:64:64]
+			x := prev ^ uint64(bc)*mixK0
+			a := bits.RotateLeft64((x^le64(b[0:8]))*mixK1, 31) * mixK2
+			c := bits.RotateLeft64((le64(b[8:16])^mixK0)*mixK2, 29) * mixK1
+			a = bits.RotateLeft64((a^le64(b[16:24]))*mixK1, 31) * mixK2
+			c = bits.RotateLeft64((c^le64(b[24:32]))*mixK2, 29) * mixK1
+			x = a ^ bits.RotateLeft64(c, 17)
+			a = bits.RotateLeft64((x^le64(b[32:40]))*mixK1, 31) * mixK2
+			c = bits.RotateLeft64((le64(b[40:48])^mixK0)*mixK2, 29) * mixK1
+			a = bits.RotateLeft64((a^le64(b[48:56]))*mixK1, 31) * mixK2
+			c = bits.RotateLeft64((c^le64(b[56:64]))*mixK2, 29) * mixK1
+			prev = fmix(a ^ bits.RotateLeft64(c, 17))
+		} else {
+			prev = hashBytes(prev, p[:bc])
+		}
+		k := prev
+		if seeded {
+			k = fmix(k ^ seed)
+		}
+		chain = append(chain, k)
+		p = p[bc:]
+	}
+	h.prev, h.chain = prev, chain
 }
 
 // WriteString adds prompt text without converting it to a byte slice.
@@ -149,18 +187,6 @@ func (h *PrefixHasher) WriteString(s string) (int, error) {
 		s = s[c:]
 	}
 	return n, nil
-}
-
-func (h *PrefixHasher) block(b []byte) {
-	if len(h.chain) >= h.maxBlocks {
-		return
-	}
-	h.prev = hashBytes(h.prev, b)
-	k := h.prev
-	if h.seeded {
-		k = fmix(k ^ h.seed)
-	}
-	h.chain = append(h.chain, k)
 }
 
 // Chain returns the block chain so far (aliases internal storage: valid
