@@ -27,6 +27,7 @@ type Ledger struct {
 	est   []outputEst
 	mark  []uint64 // scratch bitset for Pick: replicas remembered to hold the adapter in GPU memory
 	host  []uint64 // scratch bitset for Pick: replicas remembered to hold it in host memory
+	held  []int32  // scratch for Pick: adapters remembered on each replica (GPU or host)
 	// promptMean is an EWMA of the uncached prompt tokens of dispatched
 	// requests, outputMean of completed outputs; 0 until the first sample.
 	promptMean float64
@@ -133,6 +134,7 @@ func NewLedger(p Params, maxReplicas, maxInFlight int) *Ledger {
 		est:     make([]outputEst, 0, ledgerEstimators),
 		mark:    make([]uint64, (maxReplicas+63)/64),
 		host:    make([]uint64, (maxReplicas+63)/64),
+		held:    make([]int32, maxReplicas),
 	}
 	for i := maxInFlight - 1; i >= 0; i-- {
 		l.free = append(l.free, int32(i))
@@ -480,9 +482,14 @@ func (l *Ledger) rememberAdapter(adapter uint64, replica int32, until int64) {
 func (l *Ledger) markAdapter(adapter uint64, nowNanos int64) {
 	clear(l.mark)
 	clear(l.host)
+	clear(l.held)
 	for i := range l.adapt {
 		a := &l.adapt[i]
-		if a.adapter != adapter || int(a.replica) >= len(l.reps) {
+		if int(a.replica) >= len(l.reps) || a.until+int64(l.p.AdapterHostMemory) <= nowNanos {
+			continue
+		}
+		l.held[a.replica]++
+		if a.adapter != adapter {
 			continue
 		}
 		bit := uint64(1) << (uint(a.replica) & 63)
@@ -493,6 +500,15 @@ func (l *Ledger) markAdapter(adapter uint64, nowNanos int64) {
 			l.host[a.replica>>6] |= bit
 		}
 	}
+}
+
+// heldOn returns how many adapters the ledger remembers on replica (in GPU
+// or host memory) as of the last markAdapter.
+func (l *Ledger) heldOn(replica int) int {
+	if l == nil || replica >= len(l.held) {
+		return 0
+	}
+	return int(l.held[replica])
 }
 
 // remembered returns where the ledger believes replica holds the adapter

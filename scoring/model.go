@@ -104,6 +104,10 @@ type Replica struct {
 	// max_loras). 0 means the replica serves no adapters; negative means
 	// unknown (treated as a free slot).
 	AdapterSlots int
+	// AdapterHostSlots is the number of adapters the replica keeps in its
+	// host-memory LoRA cache (vLLM --max-cpu-loras, which defaults to
+	// max_loras); 0 means AdapterSlots.
+	AdapterHostSlots int
 
 	// Healthy is false when the replica failed health checks or scrapes in
 	// a way that rules it out; an unhealthy replica gets no work.
@@ -157,4 +161,9 @@ type Request struct {
 	MaxTokens int
 	// Stream is the request's "stream" flag.
 	Stream bool
+	// AdapterRecent, when set, marks the replicas (by index) that some
+	// router sharing this one's state sent the adapter to recently: beyond
+	// what the Ledger remembers itself, they count as holding it in host
+	// memory (plugin: the shared prefix index records adapters too).
+	AdapterRecent []bool
 }

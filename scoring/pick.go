@@ -199,12 +199,26 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		h := &r.Hardware
 
 		// A(r, a).
-		slotWait := false
+		slotWait, evicts := false, false
 		if req.Adapter != "" {
-			a, ok := adapterCost(p, r, req.Adapter, l.remembered(i))
+			held := l.remembered(i)
+			if held == TierStorage && i < len(req.AdapterRecent) && req.AdapterRecent[i] {
+				held = TierHost
+			}
+			a, ok := adapterCost(p, r, req.Adapter, held)
 			switch {
 			case ok:
 				c.AdapterSec = a
+				// Bringing in an adapter the replica's host cache does not
+				// hold pushes out the least recently used one, whose next
+				// request there pays a load from storage instead of host
+				// memory: a cost to others, counted in the externality.
+				// The cache's content is what this router sent there.
+				hostSlots := r.AdapterHostSlots
+				if hostSlots <= 0 {
+					hostSlots = r.AdapterSlots
+				}
+				evicts = a > 0 && hostSlots > 0 && held == TierStorage && l.heldOn(i) >= hostSlots
 			case waitForSlot && r.AdapterSlots != 0:
 				c.AdapterSec, slotWait = r.Hardware.AdapterLoadStorageSec+p.AdapterToleranceSec, true
 			default:
@@ -332,7 +346,11 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		// manager activates them before the forward pass), so the whole
 		// batch and queue wait A.
 		if p.ExternalityWeight > 0 {
-			c.ExternalSec = p.ExternalityWeight * (lamBar*c.TotalSec()*(c.AdapterSec+c.PrefillSec) + onReplica*c.AdapterSec)
+			ext := lamBar*c.TotalSec()*(c.AdapterSec+c.PrefillSec) + onReplica*c.AdapterSec
+			if evicts {
+				ext += h.AdapterLoadStorageSec - h.AdapterLoadHostSec
+			}
+			c.ExternalSec = p.ExternalityWeight * ext
 		}
 
 		t := c.CostSec()

@@ -270,6 +270,8 @@ func (p *GPURoute) buildConfig() {
 		b = strconv.AppendInt(b, int64(r.KVCapacityTokens()), 10)
 		b = append(b, `,"adapter_slots":`...)
 		b = strconv.AppendInt(b, int64(max(c.MaxLoras, 0)), 10)
+		b = append(b, `,"adapter_host_slots":`...)
+		b = strconv.AppendInt(b, int64(max(c.MaxCPULoras, 0)), 10)
 		st := p.states[i]
 		b = append(b, `,"state":`...)
 		b = strconv.AppendQuote(b, st.state)

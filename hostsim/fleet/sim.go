@@ -88,6 +88,19 @@ func (f *Fleet) Open(i int) bool { return !f.replicas[i].draining && !f.replicas
 // Now returns the virtual time.
 func (f *Fleet) Now() time.Duration { return f.s.now }
 
+// Adapters returns the workload's LoRA adapters with their base models, as
+// an operator lists them in a router's configuration up front (a router
+// reconfigured for each new adapter would restart its state each time).
+func (f *Fleet) Adapters() map[string]string {
+	out := map[string]string{}
+	for _, r := range f.s.w.Requests {
+		if r.Adapter != "" {
+			out[r.Adapter] = r.Model
+		}
+	}
+	return out
+}
+
 // ScrapeInterval returns the routers' metrics refresh period.
 func (f *Fleet) ScrapeInterval() time.Duration { return f.cfg.ScrapeInterval }
 

@@ -26,18 +26,19 @@ import (
 
 // Configuration keys (wire names).
 const (
-	KeyReplicas        = "replicas"
-	KeyTickMillis      = "tick_ms"
-	KeyName            = "name"
-	KeyAddress         = "address"
-	KeyMetricsCluster  = "metrics_cluster"
-	KeyEngine          = "engine"
-	KeyHardware        = "hardware"
-	KeyState           = "state"
-	KeyDrainDeadlineMs = "drain_deadline_ms"
-	KeyMetricsPath     = "metrics_path"
-	KeyAdapterSlots    = "adapter_slots"
-	KeyKVCapacity      = "kv_capacity_tokens"
+	KeyReplicas         = "replicas"
+	KeyTickMillis       = "tick_ms"
+	KeyName             = "name"
+	KeyAddress          = "address"
+	KeyMetricsCluster   = "metrics_cluster"
+	KeyEngine           = "engine"
+	KeyHardware         = "hardware"
+	KeyState            = "state"
+	KeyDrainDeadlineMs  = "drain_deadline_ms"
+	KeyMetricsPath      = "metrics_path"
+	KeyAdapterSlots     = "adapter_slots"
+	KeyAdapterHostSlots = "adapter_host_slots"
+	KeyKVCapacity       = "kv_capacity_tokens"
 
 	KeyAdapters           = "adapters"
 	KeyBlockChars         = "block_chars"
@@ -169,6 +170,9 @@ type Replica struct {
 	// AdapterSlots is the replica's LoRA slot count (vLLM max_loras); -1
 	// (default) takes it from metrics, 0 means the replica serves no adapters.
 	AdapterSlots int
+	// AdapterHostSlots is the replica's host-memory LoRA cache size (vLLM
+	// --max-cpu-loras); 0 (default) means AdapterSlots, vLLM's default.
+	AdapterHostSlots int
 	// KVCapacityTokens overrides the KV cache size the metrics report (0: use
 	// metrics, then the hardware profile).
 	KVCapacityTokens int
@@ -396,6 +400,12 @@ func parseReplica(i int, r *jsonx.Reader) (Replica, error) {
 				return rep, err
 			}
 			rep.AdapterSlots = int(v)
+		case KeyAdapterHostSlots:
+			v, err := boundedInt(field(i, key), r.Value(), 0, 65536)
+			if err != nil {
+				return rep, err
+			}
+			rep.AdapterHostSlots = int(v)
 		case KeyKVCapacity:
 			v, err := boundedInt(field(i, key), r.Value(), 0, 1<<40)
 			if err != nil {

@@ -49,14 +49,14 @@ func TestParseAccepts(t *testing.T) {
 		{name: "whitespace and escapes", in: " {\n\"replicas\" : [ {\"name\":\"a\\u0062\",\"address\":\"10.0.0.1:1\"} ] , \"tick_ms\" : 50 }\n", check: func(c *Config) bool {
 			return c.Replicas[0].Name == "ab" && c.TickMillis == 50
 		}},
-		{name: "routing keys", in: `{"replicas":[{"name":"a","address":"10.0.0.1:1","hardware":"L4","adapter_slots":4,"kv_capacity_tokens":40000,"metrics_path":"/prometheus/metrics"}],` +
+		{name: "routing keys", in: `{"replicas":[{"name":"a","address":"10.0.0.1:1","hardware":"L4","adapter_slots":4,"adapter_host_slots":16,"kv_capacity_tokens":40000,"metrics_path":"/prometheus/metrics"}],` +
 			`"adapters":{"sql-lora":"llama-3-8b"},"block_chars":128,"max_body_bytes":65536,"scrape_timeout_ms":200,"lease_ms":900,` +
 			`"unhealthy_after_failures":5,"decision_header":true,"status_path":"/gpuroute/status","max_wait_ms":2500,"fallbacks":2,` +
 			`"stale_after_ms":500,"stale_penalty_ms":100,"adapter_memory_ms":0,"adapter_host_memory_ms":120000,"adapter_tolerance_ms":20,"tie_epsilon_ms":3,"prefill_chunk_tokens":2048}`,
 			check: func(c *Config) bool {
 				r, p := c.Replicas[0], c.Params
 				a, ok := c.LookupAdapter([]byte("sql-lora"))
-				return r.Hardware == "l4" && r.Profile.Name == "l4" && r.AdapterSlots == 4 && r.KVCapacityTokens == 40000 &&
+				return r.Hardware == "l4" && r.Profile.Name == "l4" && r.AdapterSlots == 4 && r.AdapterHostSlots == 16 && r.KVCapacityTokens == 40000 &&
 					r.MetricsPath == "/prometheus/metrics" && ok && a.Base == "llama-3-8b" && c.BlockChars == 128 &&
 					c.MaxBodyBytes == 65536 && c.ScrapeTimeoutMillis == 200 && c.LeaseMillis == 900 && c.UnhealthyAfterFailures == 5 &&
 					c.DecisionHeader && c.StatusPath == "/gpuroute/status" && c.MaxWaitSec == 2.5 && c.Fallbacks == 2 &&

@@ -190,7 +190,7 @@ func TestStaleButAnswering(t *testing.T) {
 	f.advance(300 * time.Millisecond)
 	f.replicas[0].set(func(r *fakeReplica) { r.silent = true })
 	got := map[string]int{} // routed after the metrics are 2.2 s old
-	for i := range 300 { // 3 s of traffic, 100 requests a second
+	for i := range 300 {    // 3 s of traffic, 100 requests a second
 		dst := f.answer(0, strings.Repeat("tenant "+strconv.Itoa(i%8)+" context, ", 6)+strconv.Itoa(i), respUpstream200, nil)
 		if i >= 220 {
 			got[dst]++

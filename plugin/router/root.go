@@ -82,6 +82,11 @@ type root struct {
 	// checkpoints is scratch for a dispatch's chain reduced to the hashes
 	// the index stores (what the outbox shares).
 	checkpoints []uint64
+	// adapterKey, adapterHeld and adapterRecent are scratch for looking up
+	// where the request's adapter was sent (the index records adapters).
+	adapterKey    [1]uint64
+	adapterHeld   []int
+	adapterRecent []bool
 
 	// Scraping (scrape.go): one parser per replica (engines differ), the
 	// calls in flight, and the leader's copy of the snapshot it publishes.
@@ -166,12 +171,13 @@ func (r *root) setup(cfg *config.Config) error {
 		}
 		r.priors[i] = hw
 		r.replicas[i] = scoring.Replica{
-			Addr:         c.AddressText,
-			AddrHash:     scoring.HashString(c.AddressText),
-			Engine:       c.Engine.String(),
-			Hardware:     hw,
-			AdapterSlots: c.AdapterSlots,
-			Healthy:      true,
+			Addr:             c.AddressText,
+			AddrHash:         scoring.HashString(c.AddressText),
+			Engine:           c.Engine.String(),
+			Hardware:         hw,
+			AdapterSlots:     c.AdapterSlots,
+			AdapterHostSlots: c.AdapterHostSlots,
+			Healthy:          true,
 		}
 		if c.MetricsCluster != "" {
 			p, err := metrics.NewParser(c.Engine, c.MetricNames)
@@ -191,6 +197,8 @@ func (r *root) setup(cfg *config.Config) error {
 	r.hasher.Init(cfg.BlockChars, maxChainBytes/cfg.BlockChars)
 	r.outbox = fleet.NewOutbox(outboxEntries, outboxHashes)
 	r.checkpoints = make([]uint64, 0, outboxHashes)
+	r.adapterHeld = make([]int, n)
+	r.adapterRecent = make([]bool, n)
 	r.snap.ConfigID = r.configID
 	r.snap.SetLen(n)
 	r.board.ConfigID = r.configID

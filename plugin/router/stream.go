@@ -1,6 +1,7 @@
 package router
 
 import (
+	"math/bits"
 	"time"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
@@ -116,6 +117,18 @@ func (s *stream) route(body []byte, truncated bool) types.Action {
 	if len(req.Chain) > 0 {
 		r.index.Lookup(req.Chain, r.cached)
 	}
+	req.AdapterRecent = nil
+	if req.Adapter != "" {
+		// The shared prefix index also records where each adapter was
+		// sent (under a key of its own), so every worker knows what the
+		// others sent, not only its own ledger.
+		r.adapterKey[0] = adapterKey(req.Model, req.Adapter)
+		r.index.Lookup(r.adapterKey[:], r.adapterHeld)
+		for i, k := range r.adapterHeld {
+			r.adapterRecent[i] = k > 0
+		}
+		req.AdapterRecent = r.adapterRecent
+	}
 	d := &r.decision
 	scoring.Pick(&r.params, req, r.replicas, r.cached, r.ledger, now, d)
 	if d.Index < 0 {
@@ -146,6 +159,10 @@ func (s *stream) route(body []byte, truncated bool) types.Action {
 		r.index.Record(d.Index, req.Chain)
 		r.checkpoints = r.index.AppendCheckpoints(r.checkpoints[:0], req.Chain)
 		r.outbox.Push(d.Index, r.checkpoints)
+	}
+	if req.Adapter != "" {
+		r.index.RecordCheckpoints(d.Index, r.adapterKey[:])
+		r.outbox.Push(d.Index, r.adapterKey[:])
 	}
 	s.addr = r.replicas[d.Index].Addr
 	s.liveAt = len(r.vm.live)
@@ -347,6 +364,15 @@ func (r *root) writeDestination(d *scoring.Decision) error {
 // calibrationMaxWaitShare bounds the expected wait, as a share of the
 // expected prefill, of a request whose TTFT calibrates its replica.
 const calibrationMaxWaitShare = 0.1
+
+// adapterKey is the prefix-index key that records where an adapter was
+// sent: a one-block "chain" that prompt chains (which mix text blocks into
+// the model and adapter seed) do not produce. Combined from the names'
+// hashes so that building it allocates nothing.
+func adapterKey(model, adapter string) uint64 {
+	const salt = 0x6c6f72612d6b6579 // "lora-key"
+	return scoring.HashString(adapter) ^ bits.RotateLeft64(scoring.HashString(model), 29) ^ salt
+}
 
 // maxInterned bounds the model names a root remembers as strings.
 const maxInterned = 256
