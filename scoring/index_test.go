@@ -256,3 +256,25 @@ func TestRecordCheckpoints(t *testing.T) {
 		}
 	}
 }
+
+// TestAppendCheckpoints: every Stride-th block and the last, in order.
+func TestAppendCheckpoints(t *testing.T) {
+	for _, stride := range []int{1, 3, 4, 16} {
+		x := NewPrefixIndex(IndexConfig{Stride: stride})
+		for n := 0; n <= 40; n++ {
+			chain := make([]uint64, n)
+			for i := range chain {
+				chain[i] = uint64(i)
+			}
+			var want []uint64
+			for pos := range chain {
+				if (pos+1)%stride == 0 || pos == n-1 {
+					want = append(want, uint64(pos))
+				}
+			}
+			if got := x.AppendCheckpoints(nil, chain); !equalChains(got, want) {
+				t.Fatalf("AppendCheckpoints(stride %d, %d blocks) = %v, want %v", stride, n, got, want)
+			}
+		}
+	}
+}

@@ -237,15 +237,26 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 
 		// W(r): reported queue and batch, with the ledger's and the peer
 		// routers' exact tokens for their own requests and means for the rest.
-		acc := r.PeerWork
+		// The peers' work plus the ledger's, in scalars: copying the Work
+		// struct and adding another into it costs memory traffic on wasm,
+		// and ArrivalPerSec is not needed here.
+		pw := &r.PeerWork
+		accQueuedN, accQueuedTokens, accDecodeN := pw.QueuedN, pw.QueuedTokens, pw.DecodeN
+		accDecodeTokens, accUnseenN, accUnseenTokens := pw.DecodeTokens, pw.UnseenN, pw.UnseenTokens
 		if l != nil && i < len(l.reps) {
-			if l.reps[i].syncedSnap != r.ScrapedNanos {
+			lr := &l.reps[i]
+			if lr.syncedSnap != r.ScrapedNanos {
 				l.sync(i, r.ScrapedNanos)
 			}
-			acc.Add(&l.reps[i].Work)
+			accQueuedN += lr.QueuedN
+			accQueuedTokens += lr.QueuedTokens
+			accDecodeN += lr.DecodeN
+			accDecodeTokens += lr.DecodeTokens
+			accUnseenN += lr.UnseenN
+			accUnseenTokens += lr.UnseenTokens
 		}
 		waiting, running := int64(max(r.WaitingRequests, 0)), int64(max(r.RunningRequests, 0))
-		seenRouted := max(acc.QueuedN+acc.DecodeN-acc.UnseenN, 0)
+		seenRouted := max(accQueuedN+accDecodeN-accUnseenN, 0)
 		foreign := max(waiting+running-seenRouted, 0)
 		foreignWaiting := min(foreign, waiting)
 		foreignRunning := foreign - foreignWaiting
@@ -286,14 +297,14 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		// replica whose long-running batch delays a prefill by milliseconds.
 		// (Inline, not a function: a call makes Go spill every live register
 		// of this loop, which doubled Pick's time.)
-		qN := float64(acc.QueuedN + foreignWaiting)
-		qTok := float64(acc.QueuedTokens) + float64(foreignWaiting)*promptMean
+		qN := float64(accQueuedN + foreignWaiting)
+		qTok := float64(accQueuedTokens) + float64(foreignWaiting)*promptMean
 		uncached := float64(n - c.CachedTokens)
 		w := qN*h.PrefillFixedSec + qTok*h.PrefillSecPerToken
-		onReplica := qN + float64(acc.DecodeN+foreignRunning) // requests an adapter load stalls
-		if batch := acc.DecodeN + foreignRunning; batch > 0 {
+		onReplica := qN + float64(accDecodeN+foreignRunning) // requests an adapter load stalls
+		if batch := accDecodeN + foreignRunning; batch > 0 {
 			b := float64(batch)
-			decodeTok := float64(acc.DecodeTokens) + float64(foreignRunning)*outMean/2
+			decodeTok := float64(accDecodeTokens) + float64(foreignRunning)*outMean/2
 			step := h.DecodeStepSec + h.DecodeStepSecPerSeq*(b-1)
 			perStep := chunk - b
 			if !(perStep >= 1) {
@@ -308,7 +319,7 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 				} else if usage < 0 {
 					usage = 0
 				}
-				if usage*kvCap+float64(acc.UnseenTokens)+uncached > kvCap {
+				if usage*kvCap+float64(accUnseenTokens)+uncached > kvCap {
 					hold = step * decodeTok / b // one mean remaining output
 				}
 			}
@@ -359,8 +370,16 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		}
 		d.Eligible++
 		maxCached = max(maxCached, c.CachedTokens)
-		best = min(best, t)
-		minWait = min(minWait, w)
+		// Comparisons, not min: the builtin on floats is a runtime call
+		// on wasm (NaN and signed-zero rules). t is never NaN; a NaN w
+		// sticks as min would make it, and ±0 compare equal where these
+		// are used.
+		if t < best {
+			best = t
+		}
+		if w < minWait || w != w {
+			minWait = w
+		}
 		if d.NumTop < TopN || t < d.Top[TopN-1].CostSec() {
 			d.insertTop(c)
 		}
