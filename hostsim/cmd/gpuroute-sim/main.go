@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -36,7 +37,7 @@ var demoWorkloads = []string{"shared-prefix", "lora", "bimodal", "drain"}
 
 type options struct {
 	workload, trace, hardware, policies, jsonPath, reportPath, wasm string
-	limit, replicas, workers, gateways                              int
+	limit, replicas, workers, gateways, parallel                    int
 	seed                                                            int64
 	duration                                                        time.Duration
 	list                                                            bool
@@ -59,7 +60,8 @@ func run(args []string) error {
 	fs.IntVar(&o.replicas, "replicas", 0, "number of replicas (default: the workload's fleet)")
 	fs.StringVar(&o.hardware, "hardware", "", `fleet hardware: "h100" or "h100:4,a100:2,l4:2" (default: the workload's)`)
 	fs.StringVar(&o.policies, "policies", "", "comma-separated policies (default: all baselines, and gpuroute when available)")
-	fs.IntVar(&o.workers, "workers", 2, "policies simulated in parallel; also passed to the wasm policy as Envoy workers")
+	fs.IntVar(&o.workers, "workers", 2, "worker VMs per gateway for the gpuroute policy (Envoy's --concurrency)")
+	fs.IntVar(&o.parallel, "parallel", runtime.NumCPU(), "policies simulated at once")
 	fs.IntVar(&o.gateways, "gateways", 1, "gateway instances the wasm policy emulates")
 	fs.Int64Var(&o.seed, "seed", 1, "seed of the workload generators and policies")
 	fs.DurationVar(&o.duration, "duration", 0, "truncate arrivals after this much virtual time")
@@ -129,7 +131,7 @@ func run(args []string) error {
 				fmt.Fprintf(os.Stderr, "\r%-24s [%s] %d/%d policies", w.Name, bar, done, total)
 			}
 		}
-		res, err := fleet.RunPolicies(cfg, w, names, popts, o.workers, progress)
+		res, err := fleet.RunPolicies(cfg, w, names, popts, o.parallel, progress)
 		if tty {
 			fmt.Fprint(os.Stderr, "\r\033[K")
 		}
