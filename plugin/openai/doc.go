@@ -4,15 +4,17 @@
 //
 //	var p openai.Parser            // one per VM or per HTTP context, reused
 //	var req openai.Request
-//	err := p.Parse(openai.Chat, body, &req)     // model, max_tokens, stream, ...
-//	hasher.Reset(seedFor(req.Model))            // seed before any prompt byte
-//	err = p.WriteText(hasher, &req)             // prompt bytes, framed; PromptChars
+//	hasher.ResetDeferred()                                  // seed unknown yet
+//	err := p.ParseText(openai.Chat, body, false, hasher, &req) // fields + prompt bytes, one pass
+//	hasher.SetSeed(modelAndAdapter(req.Model))              // key the chain afterwards
 //
 // Requests are read with plugin/jsonx in one forward pass that validates the
 // whole body while extracting fields (nesting bounded by MaxDepth, RFC 8259
-// grammar and escapes); WriteText re-reads only the prompt. Bodies cut at the
-// plugin's buffer limit go through ParseTruncated, which reads the
-// complete prefix. Responses: StreamCounter counts generated tokens in a
-// server-sent-event stream fed chunk by chunk; ParseUsage reads the usage of
-// a non-streamed response.
+// grammar and escapes). ParseText decodes the prompt into a writer in that
+// same pass; Parse then WriteText is the two-pass form (locate, then re-read
+// only the prompt), for a writer that must know the model first. Bodies cut
+// at the plugin's buffer limit go through ParseTruncated (or ParseText with
+// truncated set), which reads the complete prefix. Responses: StreamCounter
+// counts generated tokens in a server-sent-event stream fed chunk by chunk;
+// ParseUsage reads the usage of a non-streamed response.
 package openai
