@@ -240,29 +240,57 @@ func (r *root) applySnapshot() {
 }
 
 // exchangeWork publishes this worker's in-flight work per replica and adds
-// up the other workers' (each under its own key) into Replica.PeerWork.
+// exchangeWork publishes this worker's in-flight work per replica and adds
+// up the other workers' (each under its own key) into Replica.PeerWork. The
+// tick refreshes every replica's entry and the worker list; between ticks
+// the request path keeps both directions current (publishWorkOn after each
+// change, gatherPeerWork before each decision), so workers deciding in the
+// same burst see each other's dispatches, not only the last tick's.
 func (r *root) exchangeWork(now int64) {
 	if r.worker == 0 {
 		return
 	}
-	r.record.WrittenNanos = now
 	for i := range r.replicas {
 		r.record.Work[i] = r.ledger.WorkOn(i, r.replicas[i].ScrapedNanos, now)
 	}
+	r.writeWork(now)
+	if v, _, err := proxy.GetSharedData(fleet.KeyRegistry); err == nil && r.registry.Decode(v) == nil {
+		r.board.Retain(r.registry.Workers)
+	}
+	r.gatherPeerWork(now)
+}
+
+// publishWorkOn updates this worker's published work for one replica (the
+// one a request was just dispatched to, or that answered).
+func (r *root) publishWorkOn(replica int, now int64) {
+	if r.worker == 0 || len(r.registry.Workers) < 2 || replica < 0 || replica >= len(r.record.Work) {
+		return
+	}
+	r.record.Work[replica] = r.ledger.WorkOn(replica, r.replicas[replica].ScrapedNanos, now)
+	r.writeWork(now)
+}
+
+func (r *root) writeWork(now int64) {
+	r.record.WrittenNanos = now
 	if buf, err := r.record.AppendBinary(r.scratch[:0]); err == nil {
 		r.scratch = buf
 		_ = proxy.SetSharedData(r.workerKey, buf, 0) // our own key: no contention
 	}
-	if v, _, err := proxy.GetSharedData(fleet.KeyRegistry); err == nil && r.registry.Decode(v) == nil {
-		r.board.Retain(r.registry.Workers)
-		for _, w := range r.registry.Workers {
-			if w == r.worker {
-				continue
-			}
-			r.keyScratch = fleet.AppendWorkKey(r.keyScratch[:0], w)
-			if v, cas, err := proxy.GetSharedData(string(r.keyScratch)); err == nil {
-				_ = r.board.Update(w, cas, v)
-			}
+}
+
+// gatherPeerWork reads the other workers' records, decoding only those whose
+// CAS changed, and sets Replica.PeerWork to their sum.
+func (r *root) gatherPeerWork(now int64) {
+	if r.worker == 0 || len(r.registry.Workers) < 2 {
+		return
+	}
+	for _, w := range r.registry.Workers {
+		if w == r.worker {
+			continue
+		}
+		r.keyScratch = fleet.AppendWorkKey(r.keyScratch[:0], w)
+		if v, cas, err := proxy.GetSharedData(string(r.keyScratch)); err == nil {
+			_ = r.board.Update(w, cas, v)
 		}
 	}
 	// A record older than a few lease lifetimes is a dead worker's.

@@ -129,6 +129,7 @@ func (s *stream) route(body []byte, truncated bool) types.Action {
 		}
 		req.AdapterRecent = r.adapterRecent
 	}
+	r.gatherPeerWork(now)
 	d := &r.decision
 	scoring.Pick(&r.params, req, r.replicas, r.cached, r.ledger, now, d)
 	if d.Index < 0 {
@@ -154,6 +155,7 @@ func (s *stream) route(body []byte, truncated bool) types.Action {
 	s.flight = r.ledger.Dispatch(d.Index, req, s.uncached, now)
 	if s.flight != 0 {
 		r.stats.add(r.stats.inFlight, 1)
+		r.publishWorkOn(d.Index, now)
 	}
 	if len(req.Chain) > 0 {
 		r.index.Record(d.Index, req.Chain)
@@ -244,6 +246,7 @@ func (s *stream) OnHttpResponseBody(bodySize int, endOfStream bool) types.Action
 			r.replicas[i].Hardware = r.calibrators[i].Apply(&r.priors[i])
 		}
 		r.ledger.FirstToken(s.flight)
+		r.publishWorkOn(i, now)
 	}
 	if bodySize > 0 {
 		chunk, err := proxy.GetBufferBytes(proxy.BufferTypeHttpResponseBody, 0, uint32(bodySize))
@@ -299,6 +302,7 @@ func (s *stream) release() {
 		}
 		r.stats.add(r.stats.inFlight, -1)
 		s.flight = 0
+		r.publishWorkOn(s.replica, time.Now().UnixNano())
 	}
 	if live := &r.vm.live; s.liveAt >= 0 && s.liveAt < len(*live) {
 		last := len(*live) - 1
