@@ -335,27 +335,38 @@ func (r *Reader) enter(open byte, bit uint64, what string) bool {
 	return true
 }
 
+// next is the start of Member and Elem: skip the previous value if it was
+// not read, check that the innermost container is the kind asked for (its
+// bit in r.objects is 1 for an object), and find the next non-space byte.
+func (r *Reader) next(objectBit uint64, what string) (int, bool) {
+	if r.state == stValue && r.depth > 0 {
+		r.Skip()
+	}
+	if r.bad() || r.depth == 0 {
+		return 0, false
+	}
+	if r.objects&1 != objectBit {
+		r.fail(WrongKind, r.pos, what)
+		return 0, false
+	}
+	i := skipSpace(r.data, r.pos)
+	if i >= len(r.data) {
+		r.eof()
+		return 0, false
+	}
+	return i, true
+}
+
 // Member steps to the next member of the object entered last, skipping the
 // previous member's value if it was not read. It returns false after the
 // closing '}' (leaving the object), at the end of a prefix, or on failure.
 // In prefix mode a member whose value has not begun is not returned.
 func (r *Reader) Member() bool {
-	if r.state == stValue && r.depth > 0 {
-		r.Skip()
-	}
-	if r.bad() || r.depth == 0 {
-		return false
-	}
-	if r.objects&1 == 0 {
-		r.fail(WrongKind, r.pos, whatObject)
+	i, ok := r.next(1, whatObject)
+	if !ok {
 		return false
 	}
 	d := r.data
-	i := skipSpace(d, r.pos)
-	if i >= len(d) {
-		r.eof()
-		return false
-	}
 	c := d[i]
 	if c == '}' {
 		r.leave(i + 1)
@@ -409,22 +420,11 @@ func (r *Reader) Member() bool {
 // previous element if it was not read. It returns false after the closing
 // ']' (leaving the array), at the end of a prefix, or on failure.
 func (r *Reader) Elem() bool {
-	if r.state == stValue && r.depth > 0 {
-		r.Skip()
-	}
-	if r.bad() || r.depth == 0 {
-		return false
-	}
-	if r.objects&1 == 1 {
-		r.fail(WrongKind, r.pos, whatArray)
+	i, ok := r.next(0, whatArray)
+	if !ok {
 		return false
 	}
 	d := r.data
-	i := skipSpace(d, r.pos)
-	if i >= len(d) {
-		r.eof()
-		return false
-	}
 	if r.state == stNext {
 		switch d[i] {
 		case ',':
