@@ -104,6 +104,17 @@ type adapterMem struct {
 	until   int64
 }
 
+// AdapterPlacement is one entry of a Ledger's adapter memory: adapter (its
+// HashString) was sent to Replica, and counts as GPU-resident there until
+// UntilNanos (then as host-cached for Params.AdapterHostMemory). Routers
+// that share state exchange these so each prices adapters by what all of
+// them sent, not only by its own dispatches.
+type AdapterPlacement struct {
+	Adapter    uint64
+	Replica    int
+	UntilNanos int64
+}
+
 type outputEst struct {
 	key   uint64
 	mean  float64
@@ -452,6 +463,37 @@ func (l *Ledger) learn(key uint64, x float64) {
 	} else if oldest >= 0 {
 		l.est[oldest] = e
 	}
+}
+
+// AppendAdapterPlacements appends the placements this ledger still counts
+// (GPU or host memory) at nowNanos.
+func (l *Ledger) AppendAdapterPlacements(dst []AdapterPlacement, nowNanos int64) []AdapterPlacement {
+	if l == nil {
+		return dst
+	}
+	for i := range l.adapt {
+		a := &l.adapt[i]
+		if a.until+int64(l.p.AdapterHostMemory) > nowNanos {
+			dst = append(dst, AdapterPlacement{Adapter: a.adapter, Replica: int(a.replica), UntilNanos: a.until})
+		}
+	}
+	return dst
+}
+
+// MergeAdapterPlacement adds a placement another router made; the later of
+// the two memories of the same placement wins.
+func (l *Ledger) MergeAdapterPlacement(pl AdapterPlacement) {
+	if l == nil || pl.Replica < 0 || pl.Replica >= len(l.reps) {
+		return
+	}
+	for i := range l.adapt {
+		a := &l.adapt[i]
+		if a.adapter == pl.Adapter && int(a.replica) == pl.Replica {
+			a.until = max(a.until, pl.UntilNanos)
+			return
+		}
+	}
+	l.rememberAdapter(pl.Adapter, int32(pl.Replica), pl.UntilNanos)
 }
 
 func (l *Ledger) rememberAdapter(adapter uint64, replica int32, until int64) {

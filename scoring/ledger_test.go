@@ -110,3 +110,31 @@ func TestLedgerSweep(t *testing.T) {
 		t.Fatalf("InFlight() after Sweep(all) = %d, want 0", l.InFlight())
 	}
 }
+
+// TestAdapterPlacementsMerge: a placement another router made prices the
+// adapter like one of this router's own, and merging keeps the later one.
+func TestAdapterPlacementsMerge(t *testing.T) {
+	p := DefaultParams()
+	a, b := NewLedger(p, 2, 8), NewLedger(p, 2, 8)
+	req := Request{PromptTokens: 10, Adapter: "sql"}
+	a.Cancel(a.Dispatch(1, &req, 10, 5*sec))
+	pls := a.AppendAdapterPlacements(nil, 6*sec)
+	if len(pls) != 1 || pls[0].Replica != 1 || pls[0].Adapter != HashString("sql") {
+		t.Fatalf("AppendAdapterPlacements = %+v, want one placement of sql on replica 1", pls)
+	}
+	for _, pl := range pls {
+		b.MergeAdapterPlacement(pl)
+		b.MergeAdapterPlacement(AdapterPlacement{Adapter: pl.Adapter, Replica: pl.Replica, UntilNanos: pl.UntilNanos - sec})
+	}
+	b.markAdapter(HashString("sql"), 6*sec)
+	if got := b.remembered(1); got != TierGPU {
+		t.Errorf("merged placement: replica 1 tier = %v, want gpu", got)
+	}
+	if got := b.remembered(0); got != TierStorage {
+		t.Errorf("replica 0 tier = %v, want storage", got)
+	}
+	late := 5*sec + int64(p.AdapterMemory) + int64(p.AdapterHostMemory) + sec
+	if pls := b.AppendAdapterPlacements(nil, late); len(pls) != 0 {
+		t.Errorf("placements past the host memory = %+v, want none (the earlier until was not kept)", pls)
+	}
+}

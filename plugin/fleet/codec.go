@@ -45,6 +45,7 @@ const (
 	magicLease    = "GRLS"
 	magicWork     = "GRWK"
 	magicRegistry = "GRWR"
+	magicAdapters = "GRAD"
 	headerLen     = 5 // magic + version
 
 	// Version is the encoding version this build writes and reads for every

@@ -27,8 +27,13 @@ const (
 // capacity). The ABI host call takes a string, so callers usually build it
 // once per peer with WorkKey and keep it.
 func AppendWorkKey(dst []byte, worker uint64) []byte {
+	return appendWorkerKey(dst, WorkKeyPrefix, worker)
+}
+
+// appendWorkerKey appends prefix and worker's id in 16 lowercase hex digits.
+func appendWorkerKey(dst []byte, prefix string, worker uint64) []byte {
 	const hex = "0123456789abcdef"
-	dst = append(dst, WorkKeyPrefix...)
+	dst = append(dst, prefix...)
 	for s := 60; s >= 0; s -= 4 {
 		dst = append(dst, hex[worker>>uint(s)&15])
 	}

@@ -64,21 +64,23 @@ type root struct {
 	destScratch     []byte
 
 	// Shared state (shared.go).
-	configID   uint64
-	worker     uint64
-	workerKey  string
-	leader     bool
-	lease      fleet.Lease
-	snap       fleet.Snapshot
-	snapCAS    uint32
-	prefixCAS  uint32
-	outbox     *fleet.Outbox
-	board      fleet.Board
-	peerWork   []scoring.Work
-	record     fleet.WorkRecord
-	registry   fleet.Registry
-	registered bool
-	keyScratch []byte
+	configID  uint64
+	worker    uint64
+	workerKey string
+	leader    bool
+	lease     fleet.Lease
+	snap      fleet.Snapshot
+	snapCAS   uint32
+	prefixCAS uint32
+	outbox    *fleet.Outbox
+	board     fleet.Board
+	peerWork  []scoring.Work
+	record    fleet.WorkRecord
+	registry  fleet.Registry
+	// adapters and peerAdapters carry LoRA placements between workers.
+	adapters, peerAdapters fleet.AdapterRecord
+	registered             bool
+	keyScratch             []byte
 	// checkpoints is scratch for a dispatch's chain reduced to the hashes
 	// the index stores (what the outbox shares).
 	checkpoints []uint64

@@ -29,6 +29,7 @@ func (r *root) tick(now int64) {
 	// Ejections end and evidence ages between snapshots too.
 	r.presentAll(now)
 	r.exchangeWork(now)
+	r.exchangeAdapters(now)
 	r.mergePrefixes()
 	r.enforceDrains(now)
 	if n := r.ledger.Sweep(now - int64(sweepAfter)); n > 0 {
@@ -367,4 +368,34 @@ func (r *root) enforceDrains(now int64) {
 		}
 	}
 	r.stats.set(r.stats.closedReplicas, draining)
+}
+
+// exchangeAdapters publishes where this worker sent which LoRA adapter and
+// merges the other workers' placements into its ledger, so every worker
+// prices adapter loads and host-cache evictions by all the placements of
+// this Envoy. Once a tick: placements last minutes.
+func (r *root) exchangeAdapters(now int64) {
+	if r.worker == 0 || len(r.cfg.Adapters) == 0 {
+		return
+	}
+	r.adapters.Worker, r.adapters.ConfigID = r.worker, r.configID
+	r.adapters.Placements = r.ledger.AppendAdapterPlacements(r.adapters.Placements[:0], now)
+	if buf, err := r.adapters.AppendBinary(r.scratch[:0]); err == nil {
+		r.scratch = buf
+		r.keyScratch = fleet.AppendAdapterKey(r.keyScratch[:0], r.worker)
+		_ = proxy.SetSharedData(string(r.keyScratch), buf, 0) // our own key
+	}
+	for _, w := range r.registry.Workers {
+		if w == r.worker {
+			continue
+		}
+		r.keyScratch = fleet.AppendAdapterKey(r.keyScratch[:0], w)
+		v, _, err := proxy.GetSharedData(string(r.keyScratch))
+		if err != nil || r.peerAdapters.Decode(v) != nil || r.peerAdapters.ConfigID != r.configID {
+			continue
+		}
+		for _, pl := range r.peerAdapters.Placements {
+			r.ledger.MergeAdapterPlacement(pl)
+		}
+	}
 }
