@@ -56,6 +56,8 @@ type WorkRecord struct {
 	WrittenNanos int64  // writer's clock at publish; old records expire
 	ConfigID     uint64 // ConfigIDOf the writer's replica list
 	Work         []scoring.Work
+
+	spare []scoring.Work // Decode's second buffer
 }
 
 // WorkRecord encoding: "GRWK" version u8, worker u64, written i64,
@@ -133,32 +135,32 @@ func (w *WorkRecord) Decode(b []byte) error {
 		}
 		return fail(ErrInvalid, "work trailing bytes", int64(r.left()-n*workEntryLen), "must be 0")
 	}
-	body := r
+	// One pass over the entries into spare storage, swapped in only when
+	// all are valid, so the receiver is unchanged on error. Workers read
+	// each other's records on every decision (the router's per-request
+	// exchange), so this is on the request path: plain loads from the
+	// entry slice, no reader calls per field.
+	body := b[len(b)-n*workEntryLen:]
+	spare := w.spare[:0]
+	if cap(spare) < n {
+		spare = make([]scoring.Work, 0, n)
+	}
 	for i := 0; i < n; i++ {
+		e := body[i*workEntryLen : (i+1)*workEntryLen : (i+1)*workEntryLen]
 		x := scoring.Work{
-			QueuedN: int64(r.u64()), QueuedTokens: int64(r.u64()),
-			DecodeN: int64(r.u64()), DecodeTokens: int64(r.u64()),
-			UnseenN: int64(r.u64()), UnseenTokens: int64(r.u64()),
-			ArrivalPerSec: math.Float64frombits(r.u64()),
+			QueuedN: int64(le64(e[0:8])), QueuedTokens: int64(le64(e[8:16])),
+			DecodeN: int64(le64(e[16:24])), DecodeTokens: int64(le64(e[24:32])),
+			UnseenN: int64(le64(e[32:40])), UnseenTokens: int64(le64(e[40:48])),
+			ArrivalPerSec: math.Float64frombits(le64(e[48:56])),
 		}
 		if err := checkWork(&x); err != nil {
+			w.spare = spare
 			return err
 		}
+		spare = append(spare, x)
 	}
 	w.Worker, w.WrittenNanos, w.ConfigID = worker, written, cfg
-	if n <= cap(w.Work) {
-		w.Work = w.Work[:n]
-	} else {
-		w.Work = make([]scoring.Work, n)
-	}
-	for i := range w.Work {
-		w.Work[i] = scoring.Work{
-			QueuedN: int64(body.u64()), QueuedTokens: int64(body.u64()),
-			DecodeN: int64(body.u64()), DecodeTokens: int64(body.u64()),
-			UnseenN: int64(body.u64()), UnseenTokens: int64(body.u64()),
-			ArrivalPerSec: math.Float64frombits(body.u64()),
-		}
-	}
+	w.Work, w.spare = spare, w.Work
 	return nil
 }
 
