@@ -102,6 +102,34 @@ func (w *WorkRecord) AppendBinary(b []byte) ([]byte, error) {
 	return b, nil
 }
 
+// PutEntry rewrites, in buf (an encoding of w made by AppendBinary), entry
+// i and the WrittenNanos field with w's current values, so a worker that
+// changed one replica's work republishes without re-encoding the rest. It
+// reports false, leaving buf alone, when buf does not have w's shape or the
+// entry is invalid; the caller then encodes anew.
+func (w *WorkRecord) PutEntry(buf []byte, i int) bool {
+	if len(buf) != w.EncodedLen() || i < 0 || i >= len(w.Work) || string(buf[:4]) != magicWork {
+		return false
+	}
+	x := &w.Work[i]
+	if checkWork(x) != nil {
+		return false
+	}
+	putLE64(buf[headerLen+8:], uint64(w.WrittenNanos))
+	e := buf[workHeaderLen+i*workEntryLen:]
+	for k, v := range [...]uint64{uint64(x.QueuedN), uint64(x.QueuedTokens), uint64(x.DecodeN),
+		uint64(x.DecodeTokens), uint64(x.UnseenN), uint64(x.UnseenTokens), math.Float64bits(x.ArrivalPerSec)} {
+		putLE64(e[8*k:], v)
+	}
+	return true
+}
+
+func putLE64(b []byte, v uint64) {
+	_ = b[7]
+	b[0], b[1], b[2], b[3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
+	b[4], b[5], b[6], b[7] = byte(v>>32), byte(v>>40), byte(v>>48), byte(v>>56)
+}
+
 func checkWork(x *scoring.Work) error {
 	for _, v := range [...]int64{x.QueuedN, x.QueuedTokens, x.DecodeN, x.DecodeTokens, x.UnseenN, x.UnseenTokens} {
 		if v < 0 {

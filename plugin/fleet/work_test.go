@@ -259,3 +259,29 @@ func TestWorkKey(t *testing.T) {
 		t.Fatalf("AppendWorkKey allocs = %v, want 0", n)
 	}
 }
+
+// TestWorkRecordPutEntry: patching one entry in place gives the same bytes
+// as encoding the changed record anew.
+func TestWorkRecordPutEntry(t *testing.T) {
+	w := testRecord(3, 10, 7, 8)
+	buf, err := w.AppendBinary(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.WrittenNanos = 99
+	w.Work[5] = scoring.Work{QueuedN: 4, QueuedTokens: 4000, DecodeN: 1, DecodeTokens: 7, ArrivalPerSec: 2.5}
+	if !w.PutEntry(buf, 5) {
+		t.Fatal("PutEntry(valid buffer) = false")
+	}
+	want, _ := w.AppendBinary(nil)
+	if !bytes.Equal(buf, want) {
+		t.Fatalf("PutEntry result differs from a fresh encoding")
+	}
+	if w.PutEntry(buf[:len(buf)-1], 5) || w.PutEntry(buf, 8) {
+		t.Error("PutEntry accepted a buffer of another shape or an entry out of range")
+	}
+	w.Work[2].QueuedN = -1
+	if w.PutEntry(buf, 2) {
+		t.Error("PutEntry accepted a negative figure")
+	}
+}

@@ -76,6 +76,7 @@ type root struct {
 	board     fleet.Board
 	peerWork  []scoring.Work
 	record    fleet.WorkRecord
+	workBuf   []byte // record's encoding, patched in place per request
 	registry  fleet.Registry
 	// adapters and peerAdapters carry LoRA placements between workers.
 	adapters, peerAdapters fleet.AdapterRecord

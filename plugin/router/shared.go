@@ -268,14 +268,22 @@ func (r *root) publishWorkOn(replica int, now int64) {
 		return
 	}
 	r.record.Work[replica] = r.ledger.WorkOn(replica, r.replicas[replica].ScrapedNanos, now)
+	r.record.WrittenNanos = now
+	if r.record.PutEntry(r.workBuf, replica) {
+		_ = proxy.SetSharedData(r.workerKey, r.workBuf, 0)
+		return
+	}
 	r.writeWork(now)
 }
 
+// writeWork encodes this worker's whole record (kept in workBuf so that
+// publishWorkOn can patch one entry) and publishes it under its own key:
+// no contention, so no CAS.
 func (r *root) writeWork(now int64) {
 	r.record.WrittenNanos = now
-	if buf, err := r.record.AppendBinary(r.scratch[:0]); err == nil {
-		r.scratch = buf
-		_ = proxy.SetSharedData(r.workerKey, buf, 0) // our own key: no contention
+	if buf, err := r.record.AppendBinary(r.workBuf[:0]); err == nil {
+		r.workBuf = buf
+		_ = proxy.SetSharedData(r.workerKey, buf, 0)
 	}
 }
 
