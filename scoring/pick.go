@@ -310,7 +310,13 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 			if !(perStep >= 1) {
 				perStep = 1
 			}
-			w += step/2 + ceil((qTok+uncached)/perStep)*b*h.DecodeStepSecPerSeq
+			// Prefill steps: one in the common case (the queued and new prompt
+			// tokens fit in one step's budget), decided without a division.
+			steps := 1.0
+			if x := qTok + uncached; x > perStep {
+				steps = ceil(x / perStep)
+			}
+			w += step/2 + steps*b*h.DecodeStepSecPerSeq
 			hold := 0.0
 			if kvCap := float64(r.kvCapacity()); kvCap > 0 {
 				usage := r.KVUsage
