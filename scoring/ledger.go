@@ -32,9 +32,6 @@ type Ledger struct {
 	// requests, outputMean of completed outputs; 0 until the first sample.
 	promptMean float64
 	outputMean float64
-	// reuse is an EWMA of how often a dispatched prompt found some of its
-	// prefix cached: the chance a new prefix will be asked for again.
-	reuse float64
 	// clock orders adapter-memory and estimator entries (logical, not wall time).
 	clock uint32
 	// total is the rate of all dispatches (Pick's externality); each
@@ -170,15 +167,6 @@ func (l *Ledger) Reset() {
 	l.adapt = l.adapt[:0]
 }
 
-// ReuseRate returns the share of recent dispatches whose prompt found part
-// of its prefix cached (an EWMA over the last few dozen), in [0, 1].
-func (l *Ledger) ReuseRate() float64 {
-	if l == nil {
-		return 0
-	}
-	return l.reuse
-}
-
 // InFlight returns the number of in-flight requests the ledger tracks.
 func (l *Ledger) InFlight() int {
 	if l == nil {
@@ -303,11 +291,6 @@ func (l *Ledger) Dispatch(replica int, req *Request, uncachedTokens int, nowNano
 	// tokens: the mean of what this router sends is the best guess, since
 	// routers behind one gateway see the same traffic.
 	l.promptMean = ewma(l.promptMean, float64(max(uncachedTokens, 1)))
-	hit := 0.0
-	if uncachedTokens < req.PromptTokens {
-		hit = 1
-	}
-	l.reuse += ewmaAlpha * (hit - l.reuse)
 	if req.Adapter != "" {
 		l.rememberAdapter(HashString(req.Adapter), int32(replica), nowNanos+int64(l.p.AdapterMemory))
 	}

@@ -26,10 +26,6 @@ const (
 	// ReasonTieBreak: several replicas were within Params.TieEpsilonSec;
 	// rendezvous hashing of the prefix chose among them.
 	ReasonTieBreak
-	// ReasonPrefixHome: the prefix was cold everywhere this router knows;
-	// its rendezvous home cost more than the cheapest replica, but less
-	// than the expected price of splitting it between replicas.
-	ReasonPrefixHome
 )
 
 // String returns the reason's kebab-case name (stable: used in stats names
@@ -50,8 +46,6 @@ func (r Reason) String() string {
 		return "faster-hardware"
 	case ReasonTieBreak:
 		return "tie-break"
-	case ReasonPrefixHome:
-		return "prefix-home"
 	}
 	return "unknown"
 }
@@ -181,7 +175,6 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 	}
 
 	best := math.Inf(1)
-	maxCached := 0
 	minWait := math.Inf(1)
 	for i := range replicas {
 		r := &replicas[i]
@@ -375,7 +368,6 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 			t = math.Inf(1)
 		}
 		d.Eligible++
-		maxCached = max(maxCached, c.CachedTokens)
 		// Comparisons, not min: the builtin on floats is a runtime call
 		// on wasm (NaN and signed-zero rules). t is never NaN; a NaN w
 		// sticks as min would make it, and ±0 compare equal where these
@@ -397,24 +389,11 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 	// Tie-break: highest rendezvous weight among replicas within epsilon of
 	// the best. The key is the prefix's home: its first blocks, or the
 	// model and adapter for a prompt shorter than a block.
-	//
-	// A prefix this router has never placed (k = 0 everywhere) may still be
-	// cached at its home: other routers (worker VMs between two merges of
-	// the index, other gateways that share nothing) put prefixes they see
-	// cold there too, whenever the home is not clearly worse. Splitting a
-	// prefix between two replicas costs one more cold prefill of it (and
-	// KV for a second copy), so for a cold prefix a home within that cost,
-	// weighted by how often prompts do repeat (the ledger's reuse rate),
-	// still wins: rendezvous with bounded load. A workload without reuse
-	// keeps the plain rule.
 	key := outputKey(req.Model, req.Adapter)
 	if len(req.Chain) > 0 {
 		key = req.Chain[min(len(req.Chain), max(p.HomeBlocks, 1))-1]
 	}
 	tolerance := p.TieEpsilonSec
-	if maxCached == 0 && len(req.Chain) > 0 && l != nil {
-		tolerance = max(tolerance, l.reuse*d.Top[0].PrefillSec)
-	}
 	ties := 0
 	var bestW uint64
 	for i := range replicas {
@@ -441,8 +420,6 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 	switch {
 	case d.Eligible == 1:
 		d.Reason = ReasonOnlyReplica
-	case ties > 1 && ch.CostSec() > best+p.TieEpsilonSec:
-		d.Reason = ReasonPrefixHome
 	case ties > 1:
 		d.Reason = ReasonTieBreak
 	case ch.WaitSec <= minWait:

@@ -31,7 +31,7 @@ const (
 )
 
 // numReasons is the number of scoring.Reason values with a stat.
-const numReasons = int(scoring.ReasonPrefixHome) + 1
+const numReasons = int(scoring.ReasonTieBreak) + 1
 
 // noMetric marks a stat the host refused to define: counting it does
 // nothing. (0 is a valid id: Envoy numbers the first counter 0.)
