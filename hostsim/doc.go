@@ -32,6 +32,8 @@
 //     edits, pauses and closes are observable on the Stream.
 //   - A guest trap fails the VM: the error names the callback, later calls
 //     return it (errors.Is(err, ErrVMFailed)).
+//   - Options.Probe (GuestProbe) counts and times chosen guest functions,
+//     so benchmarks can profile the module without importing wazero.
 //
 // The host knows the ABI, not routing.
 package hostsim

@@ -51,7 +51,15 @@ type Options struct {
 	Properties map[string][]byte
 	// CompilationCache overrides the process-wide in-memory cache shared by
 	// every Host (so tests that create many hosts compile a module once).
+	// It is ignored when Probe is set.
 	CompilationCache wazero.CompilationCache
+	// Probe, if set, instruments every module the Host compiles: calls of
+	// the guest functions it matches are counted and timed (GuestProbe).
+	// Such a Host compiles without any shared compilation cache, because
+	// wazero keys a cached module by its bytes and which functions are
+	// instrumented, and a cache hit would keep the listeners of the compile
+	// that filled it (another probe's, or none).
+	Probe *GuestProbe
 }
 
 // DefaultStart is the virtual wall-clock origin when Options.Start is zero.
@@ -113,9 +121,14 @@ func NewHost(opts Options) *Host {
 	if opts.MaxLogs <= 0 {
 		opts.MaxLogs = 10000
 	}
-	cache := opts.CompilationCache
-	if cache == nil {
-		cache = processCache
+	cfg := wazero.NewRuntimeConfigCompiler()
+	switch {
+	case opts.Probe != nil:
+		// No cache: see Options.Probe.
+	case opts.CompilationCache != nil:
+		cfg = cfg.WithCompilationCache(opts.CompilationCache)
+	default:
+		cfg = cfg.WithCompilationCache(processCache)
 	}
 	var seed [32]byte
 	for i := 0; i < 8; i++ {
@@ -123,7 +136,7 @@ func NewHost(opts Options) *Host {
 	}
 	h := &Host{
 		opts:     opts,
-		rt:       wazero.NewRuntimeWithConfig(context.Background(), wazero.NewRuntimeConfigCompiler().WithCompilationCache(cache)),
+		rt:       wazero.NewRuntimeWithConfig(context.Background(), cfg),
 		rng:      rand.NewChaCha8(seed),
 		vms:      map[*VM]struct{}{},
 		vmCount:  map[string]int{},

@@ -24,7 +24,11 @@ type Module struct {
 // compilation cache is shared by every Host in the process (unless
 // Options.CompilationCache says otherwise), so compiling the same bytes again
 // is cheap. Missing imports are reported by NewVM, as Envoy reports them at load.
+// With Options.Probe set, the module is compiled with the probe's listeners.
 func (h *Host) Compile(ctx context.Context, wasm []byte) (*Module, error) {
+	if h.opts.Probe != nil {
+		ctx = h.opts.Probe.withListeners(ctx)
+	}
 	cm, err := h.rt.CompileModule(ctx, wasm)
 	if err != nil {
 		return nil, errors.New("hostsim: compile module: " + err.Error())

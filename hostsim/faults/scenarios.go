@@ -476,11 +476,9 @@ func runModuleSwap(o Options, res *Result) {
 // 1.33's ENOSYS poll_oneoff; the module's linear memory must stay flat
 // after warm-up and the runtime must never poll.
 func runGCPressure(o Options, res *Result) {
-	probe := &memProbe{}
-	wasm := customSection(o.Wasm, "gpuroute-faults-memprobe")
 	h := hostsim.NewHost(hostsim.Options{Start: start, LogLevel: hostsim.LogWarn, Seed: 1})
 	defer h.Close()
-	mod, err := h.Compile(probe.context(context.Background()), wasm)
+	mod, err := h.Compile(context.Background(), o.Wasm)
 	if err != nil {
 		res.Err = err
 		return
@@ -499,27 +497,28 @@ func runGCPressure(o Options, res *Result) {
 	defer func() { res.ErrorLogs += e.errorLogs() }()
 	n := o.gcRequests()
 	warm := min(n/10, 10000)
+	vm := e.vms[0]
 	var afterStart, afterWarm uint32
 	for i := range n {
 		if e.failed() {
 			break
 		}
 		if i == 1 {
-			afterStart = probe.pages()
+			afterStart = vm.MemoryBytes()
 		}
 		if i == warm {
-			afterWarm = probe.pages()
+			afterWarm = vm.MemoryBytes()
 		}
 		if i%8 == 0 {
 			e.advance(10 * time.Millisecond)
 		}
 		e.request(0, content(i))
 	}
-	final := probe.pages()
+	final := vm.MemoryBytes()
 	res.Figures = fmt.Sprintf("linear memory %d KiB after the first request, %d KiB after %d requests, %d KiB after %d; poll_oneoff calls %d",
-		afterStart*64, afterWarm*64, warm, final*64, n, h.PollCalls())
+		afterStart/1024, afterWarm/1024, warm, final/1024, n, h.PollCalls())
 	if final > afterWarm {
-		e.fail(fmt.Errorf("faults: gc-pressure: linear memory grew from %d to %d pages after warm-up", afterWarm, final))
+		e.fail(fmt.Errorf("faults: gc-pressure: linear memory grew from %d to %d KiB after warm-up", afterWarm/1024, final/1024))
 	}
 	if h.PollCalls() != 0 {
 		e.fail(fmt.Errorf("faults: gc-pressure: %d poll_oneoff calls, want 0", h.PollCalls()))

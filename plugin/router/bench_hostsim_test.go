@@ -8,13 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/tetratelabs/wazero"
-	"github.com/tetratelabs/wazero/api"
-	"github.com/tetratelabs/wazero/experimental"
 
 	"github.com/gpuroute/gpuroute/hostsim"
 )
@@ -33,9 +28,10 @@ import (
 // They are wall-clock times on whatever else the machine runs: read the
 // percentiles with the load in mind.
 //
-// This file imports wazero's experimental listener API to count guest
-// runtime calls; it is test-only instrumentation of the module, which
-// itself links nothing of wazero (plugin/main_test.go checks).
+// BenchmarkVMHeap and BenchmarkGuestProfile instrument the module through
+// hostsim.GuestProbe (wazero function listeners, which only hostsim
+// imports); the module itself links nothing of wazero (plugin/main_test.go
+// checks).
 
 const (
 	benchReplicas = 64
@@ -161,9 +157,10 @@ type benchFleet struct {
 
 var phaseNames = [5]string{"reqhdr", "reqbody", "resphdr", "respbody", "done"}
 
-// newBenchFleet compiles the module with ctx (which may carry a wazero
-// function listener) into a Host of its own and configures the workers.
-func newBenchFleet(b *testing.B, ctx context.Context, opts hostsim.Options) *benchFleet {
+// newBenchFleet compiles the module into a Host of its own made with opts
+// (whose Probe, if set, instruments it) and configures the workers.
+func newBenchFleet(b *testing.B, opts hostsim.Options) *benchFleet {
+	ctx := context.Background()
 	b.Helper()
 	wasm, err := moduleBytes()
 	if err != nil {
@@ -344,7 +341,7 @@ func micros(d time.Duration) float64 { return float64(d) / 1e3 }
 func BenchmarkRequestPath64(b *testing.B) {
 	runtime.LockOSThread() // threadCPU measures this thread
 	defer runtime.UnlockOSThread()
-	f := newBenchFleet(b, context.Background(), hostsim.Options{})
+	f := newBenchFleet(b, hostsim.Options{})
 	f.phase = new([5][]time.Duration)
 	f.warm(benchWarmup)
 	var lat, cpu []time.Duration
@@ -378,37 +375,15 @@ func BenchmarkRequestPath64(b *testing.B) {
 	f.dumpLogs()
 }
 
-// guestCounter counts calls of two guest runtime functions through a
-// wazero function listener: runtime.mallocgc (every heap allocation of the
-// module goes through it) and runtime.gcStart (one call per GC cycle).
-type guestCounter struct {
-	mallocs, gcs atomic.Uint64
-	// sites, when non-nil, counts the callers of each allocation
-	// (GPUROUTE_BENCH_ALLOCSITES=1).
-	sites map[string]int
-}
-
-func (c *guestCounter) NewFunctionListener(def api.FunctionDefinition) experimental.FunctionListener {
-	var n *atomic.Uint64
-	switch def.Name() {
-	case "runtime.mallocgc":
-		n = &c.mallocs
-	case "runtime.gcStart":
-		n = &c.gcs
-	default:
-		return nil
-	}
-	return experimental.FunctionListenerFunc(func(_ context.Context, _ api.Module, _ api.FunctionDefinition, _ []uint64, st experimental.StackIterator) {
-		n.Add(1)
-		if c.sites != nil && n == &c.mallocs {
-			var path []string
-			for st.Next() && len(path) < 6 {
-				path = append(path, st.Function().Definition().Name())
-			}
-			c.sites[strings.Join(path, " < ")]++
-		}
-	})
-}
+// Guest runtime functions BenchmarkVMHeap counts: every heap allocation of
+// the module goes through runtime.mallocgc, and each GC cycle starts in
+// runtime.gcStart. The probe matches substrings, so it also instruments
+// the helpers mallocgc calls (runtime.mallocgcTiny, ...); the counts are
+// read by exact name so that an allocation counts once.
+const (
+	guestMalloc  = "runtime.mallocgc"
+	guestGCStart = "runtime.gcStart"
+)
 
 // BenchmarkVMHeap: one whole request per op, as BenchmarkRequestPath64, on
 // a module instrumented to count guest heap allocations and GC cycles.
@@ -419,11 +394,8 @@ func (c *guestCounter) NewFunctionListener(def api.FunctionDefinition) experimen
 // configuration and warm-up. Run with -benchtime 100000x. Its ns/op is not
 // the uninstrumented cost.
 func BenchmarkVMHeap(b *testing.B) {
-	c := &guestCounter{}
-	ctx := experimental.WithFunctionListenerFactory(context.Background(), c)
-	// A compilation cache of its own: the instrumented code must not be
-	// shared with other benchmarks.
-	f := newBenchFleet(b, ctx, hostsim.Options{CompilationCache: wazero.NewCompilationCache()})
+	probe := hostsim.NewGuestProbe([]string{guestMalloc, guestGCStart})
+	f := newBenchFleet(b, hostsim.Options{Probe: probe})
 	f.warm(benchWarmup)
 	mem := func() (total uint32) {
 		for _, vm := range f.vms {
@@ -431,12 +403,16 @@ func BenchmarkVMHeap(b *testing.B) {
 		}
 		return total
 	}
-	before, mallocs0, gcs0 := mem(), c.mallocs.Load(), c.gcs.Load()
+	counts := func() (mallocs, gcs uint64) {
+		return probe.Func(guestMalloc).Calls, probe.Func(guestGCStart).Calls
+	}
+	before := mem()
+	mallocs0, gcs0 := counts()
 	if mallocs0 == 0 {
-		b.Fatal("no runtime.mallocgc call during configuration and warm-up: the listener is not attached")
+		b.Fatal("no runtime.mallocgc call during configuration and warm-up: the probe is not attached")
 	}
 	if os.Getenv("GPUROUTE_BENCH_ALLOCSITES") != "" {
-		c.sites = map[string]int{}
+		probe.RecordCallers(guestMalloc, 6)
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -444,10 +420,11 @@ func BenchmarkVMHeap(b *testing.B) {
 		f.step()
 	}
 	b.StopTimer()
-	for site, n := range c.sites {
+	for site, n := range probe.Callers() {
 		b.Logf("%d guest allocations at %s", n, site)
 	}
-	after, mallocs1, gcs1 := mem(), c.mallocs.Load(), c.gcs.Load()
+	after := mem()
+	mallocs1, gcs1 := counts()
 	b.ReportMetric(float64(mallocs1-mallocs0)/float64(b.N), "guest-allocs/op")
 	b.ReportMetric(float64(gcs1-gcs0), "gc-cycles")
 	b.ReportMetric((float64(after)-float64(before))/1024, "growth-KiB")
@@ -455,59 +432,6 @@ func BenchmarkVMHeap(b *testing.B) {
 	b.ReportMetric(float64(mallocs0), "warmup-allocs")
 	b.ReportMetric(float64(gcs0), "warmup-gcs")
 	f.dumpLogs()
-}
-
-// guestTimer times guest functions through wazero listeners: for each
-// function whose name contains one of match, the inclusive wall time of its
-// outermost calls (wasm has no profiler; this is a poor man's one, with the
-// listener's own cost, about a microsecond a call, included).
-type guestTimer struct {
-	match []string
-	stats map[string]*guestTime
-}
-
-type guestTime struct {
-	name  string
-	calls int
-	depth int
-	since time.Time
-	total time.Duration
-}
-
-func (g *guestTimer) NewFunctionListener(def api.FunctionDefinition) experimental.FunctionListener {
-	name := def.Name()
-	for _, m := range g.match {
-		if m != "" && strings.Contains(name, m) {
-			st := g.stats[name]
-			if st == nil {
-				st = &guestTime{name: name}
-				g.stats[name] = st
-			}
-			return guestTimeListener{st}
-		}
-	}
-	return nil
-}
-
-type guestTimeListener struct{ st *guestTime }
-
-func (l guestTimeListener) Before(context.Context, api.Module, api.FunctionDefinition, []uint64, experimental.StackIterator) {
-	if l.st.depth == 0 {
-		l.st.since = time.Now()
-	}
-	l.st.depth++
-}
-
-func (l guestTimeListener) After(context.Context, api.Module, api.FunctionDefinition, []uint64) {
-	l.st.depth--
-	if l.st.depth == 0 {
-		l.st.total += time.Since(l.st.since)
-		l.st.calls++
-	}
-}
-
-func (l guestTimeListener) Abort(context.Context, api.Module, api.FunctionDefinition, error) {
-	l.After(nil, nil, nil, nil)
 }
 
 // BenchmarkGuestProfile runs BenchmarkRequestPath64's traffic on a module
@@ -519,28 +443,21 @@ func BenchmarkGuestProfile(b *testing.B) {
 	if match == "" {
 		b.Skip("set GPUROUTE_BENCH_PROFILE to substrings of guest function names")
 	}
-	g := &guestTimer{match: strings.Split(match, ","), stats: map[string]*guestTime{}}
-	ctx := experimental.WithFunctionListenerFactory(context.Background(), g)
-	f := newBenchFleet(b, ctx, hostsim.Options{CompilationCache: wazero.NewCompilationCache()})
+	probe := hostsim.NewGuestProbe(strings.Split(match, ","))
+	f := newBenchFleet(b, hostsim.Options{Probe: probe})
 	f.warm(benchWarmup)
-	for _, st := range g.stats {
-		st.calls, st.total = 0, 0
-	}
+	probe.Reset()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for b.Loop() {
 		f.step()
 	}
 	b.StopTimer()
-	var all []*guestTime
-	for _, st := range g.stats {
-		if st.calls > 0 {
-			all = append(all, st)
-		}
-	}
-	slices.SortFunc(all, func(x, y *guestTime) int { return int(y.total - x.total) })
+	// Stats come most time first. The times are of outermost calls, with
+	// the probe's own cost (of the order of a microsecond a call) in them.
+	all := probe.Stats()
 	for _, st := range all[:min(len(all), 40)] {
-		b.Logf("%9.2f µs/request %8d calls %9.2f µs/call  %s", micros(st.total)/float64(b.N),
-			st.calls, micros(st.total)/float64(st.calls), st.name)
+		b.Logf("%9.2f µs/request %8d calls %9.2f µs/call  %s", micros(st.Time)/float64(b.N),
+			st.OuterCalls, micros(st.Time)/float64(st.OuterCalls), st.Name)
 	}
 }
