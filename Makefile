@@ -26,7 +26,7 @@ FORCE:
 test: wasm ## build the module, then run every test (both legs, fuzz seeds)
 	GPUROUTE_WASM=$(CURDIR)/$(WASM) $(GO) test -count=1 -timeout $(TESTTIMEOUT) ./...
 
-demo: wasm ## build the module and run the demo scenario in hostsim
+demo: wasm ## build the module and race it against peer routers on a simulated GPU fleet (build/report.html)
 	$(GO) run ./hostsim/cmd/gpuroute-sim --wasm $(WASM)
 
 e2e: wasm ## gateway end to end: simulated replicas, the local gateway, net/http and the openai npm client (node required)
