@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 )
@@ -36,8 +35,12 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// goTool is the go command that runs these tests (on PATH under go test).
 func goTool() string {
-	return filepath.Join(runtime.GOROOT(), "bin", "go")
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return "go"
 }
 
 // newGuestVM starts the conformance guest in a fresh Host.

@@ -117,11 +117,11 @@ type Replica struct {
 	lastActivity time.Duration
 
 	// Cumulative counters (metrics text and the report).
-	promptTokens, genTokens    int64
-	prefixQueries, prefixHits  int64
-	preemptions, adapterLoads  int64
-	hostLoads, storageLoads    int64
-	completed, cancelledOnHere int64
+	promptTokens, genTokens   int64
+	prefixQueries, prefixHits int64
+	preemptions, adapterLoads int64
+	hostLoads, storageLoads   int64
+	completed                 int64
 }
 
 type loraSlot struct {
@@ -223,42 +223,6 @@ func (r *Replica) ResidentAdapters() []string {
 		out[i] = r.slots[i].name
 	}
 	return out
-}
-
-// OutstandingWorkSec returns the exact seconds of work queued ahead of a new
-// request, in the shape of DESIGN.md §1's W(r): prefill of queued requests
-// (fixed + per-token, uncached part), the rest of in-progress prefills, and
-// the decode work of the remaining output tokens of running requests (true
-// lengths: this is the oracle's view).
-func (r *Replica) OutstandingWorkSec() float64 {
-	h := &r.cfg.Hardware
-	w := 0.0
-	for _, s := range r.waiting {
-		k := min(r.kv.cachedBlocks(s.req.Chain())*BlockTokens, s.target-1)
-		w += h.PrefillFixedSec + float64(s.target-k)*h.PrefillSecPerToken
-		w += float64(s.req.output-s.gen) * h.DecodeStepSecPerSeq
-	}
-	for _, s := range r.running {
-		w += float64(s.target-s.done) * h.PrefillSecPerToken
-		w += float64(s.req.output-s.gen) * h.DecodeStepSecPerSeq
-	}
-	return w
-}
-
-// MinRemainingSec returns the time until the running request closest to
-// completion finishes (its remaining tokens × the current step time): how
-// long a request that does not fit in KV waits for space.
-func (r *Replica) MinRemainingSec() float64 {
-	if len(r.running) == 0 {
-		return 0
-	}
-	m := -1
-	for _, s := range r.running {
-		if rem := s.req.output - s.gen; m < 0 || rem < m {
-			m = rem
-		}
-	}
-	return float64(m) * r.cfg.Hardware.DecodeStepSeconds(len(r.running))
 }
 
 // FreeKVTokens returns the KV tokens an admission could use now (free plus

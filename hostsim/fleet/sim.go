@@ -329,7 +329,7 @@ func (s *sim) emit(kind EventKind, st *reqState, rep int) {
 // dispatch asks the policy for a replica and hands the request over,
 // retrying on refusals.
 func (s *sim) dispatch(st *reqState) {
-	for st.attempt < s.cfg.MaxAttempts {
+	if st.attempt < s.cfg.MaxAttempts {
 		d := s.p.Pick(s.now, st.req, st.attempt)
 		if d.Status != 0 || d.Replica < 0 || d.Replica >= len(s.f.replicas) {
 			s.fail(st)
@@ -345,7 +345,8 @@ func (s *sim) dispatch(st *reqState) {
 			s.p.Observe(&s.ev)
 			st.attempt++
 			if st.attempt >= s.cfg.MaxAttempts {
-				break
+				s.fail(st)
+				return
 			}
 			// Retry after Envoy's default retry back-off base (25 ms,
 			// route.RetryPolicy.retry_back_off.base_interval), growing

@@ -4,6 +4,23 @@ package proxy
 
 import "github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
+// The proxy_action_t values the exports return (ABI.md §2.1; only 0/1 are used).
+const (
+	actionContinue uint32 = 0
+	actionPause    uint32 = 1
+)
+
+// panicText renders a recovered value without fmt.
+func panicText(r any) string {
+	switch v := r.(type) {
+	case string:
+		return v
+	case error:
+		return v.Error()
+	}
+	return "non-error panic value"
+}
+
 // Context bookkeeping for the exports. Semantics follow the SDK's lifecycle
 // (proxywasm/internal/abi_callback_*.go, read for behaviour, not copied):
 // parent 0 creates a root (PluginContext); otherwise an HttpContext under that

@@ -72,9 +72,3 @@ const NoGrpcStatus int32 = -1
 
 // PanicsMetricName is the counter every recovered panic increments.
 const PanicsMetricName = "gpuroute_panics_total"
-
-// The proxy_action_t values the exports return (ABI.md §2.1; only 0/1 are used).
-const (
-	actionContinue uint32 = 0
-	actionPause    uint32 = 1
-)

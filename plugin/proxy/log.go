@@ -18,14 +18,3 @@ func LogError(msg string) { _ = Log(LogLevelError, msg) }
 
 // LogCritical logs msg at LogLevelCritical.
 func LogCritical(msg string) { _ = Log(LogLevelCritical, msg) }
-
-// panicText renders a recovered value without fmt.
-func panicText(r any) string {
-	switch v := r.(type) {
-	case string:
-		return v
-	case error:
-		return v.Error()
-	}
-	return "non-error panic value"
-}

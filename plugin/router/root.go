@@ -68,7 +68,6 @@ type root struct {
 	worker    uint64
 	workerKey string
 	leader    bool
-	lease     fleet.Lease
 	snap      fleet.Snapshot
 	snapCAS   uint32
 	prefixCAS uint32

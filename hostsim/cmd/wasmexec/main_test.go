@@ -4,7 +4,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"testing"
 )
 
@@ -50,7 +49,7 @@ func TestRun(t *testing.T) {
 		t.Skip("builds a wasip1 program")
 	}
 	out := filepath.Join(t.TempDir(), "probe.wasm")
-	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", out, "./testdata/probe")
+	cmd := exec.Command("go", "build", "-o", out, "./testdata/probe")
 	cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build probe: %v\n%s", err, b)
