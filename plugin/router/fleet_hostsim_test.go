@@ -394,3 +394,26 @@ func headerValue(h [][2]string, name string) string {
 	}
 	return ""
 }
+
+// TestWorkersSeeEachOthersDispatches: two worker VMs decide back to back,
+// between ticks, on the same metrics snapshot. The second sees the first's
+// dispatch at once (workers exchange in-flight work per request), so it
+// does not pile onto the replica that looked idle.
+func TestWorkersSeeEachOthersDispatches(t *testing.T) {
+	f := newTestFleet(t, 2, 4, "")
+	for i := 1; i < 4; i++ {
+		f.replicas[i].set(func(r *fakeReplica) { r.waiting, r.running = 1, 4 })
+	}
+	f.advance(time.Second) // scraped: replica 0 idle, the others one queued each
+	long := strings.Repeat("a long prompt for the idle replica ", 300)
+	s0, first := f.open(0, "first "+long)
+	defer s0.Done()
+	if first != "10.0.0.1:8000" {
+		t.Fatalf("worker 0 sent the first request to %s, want the idle 10.0.0.1:8000", first)
+	}
+	s, second := f.open(1, "second "+long)
+	defer s.Done()
+	if second == "10.0.0.1:8000" {
+		t.Errorf("worker 1 sent the second request to %s too, right after worker 0 queued a long prompt there", second)
+	}
+}
