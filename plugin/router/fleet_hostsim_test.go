@@ -417,3 +417,52 @@ func TestWorkersSeeEachOthersDispatches(t *testing.T) {
 		t.Errorf("worker 1 sent the second request to %s too, right after worker 0 queued a long prompt there", second)
 	}
 }
+
+// TestWorkersShareAdapterPlacements: after a tick, a worker sends a LoRA
+// adapter where another worker already loaded it, rather than loading it on
+// a second replica.
+func TestWorkersShareAdapterPlacements(t *testing.T) {
+	adapters := []string{"sql", "legal", "med", "code", "chat", "math"}
+	var cfg strings.Builder
+	cfg.WriteString(`,"adapters":{`)
+	for i, a := range adapters {
+		if i > 0 {
+			cfg.WriteByte(',')
+		}
+		cfg.WriteString(`"` + a + `":"llama-3-8b"`)
+	}
+	cfg.WriteString("}")
+	f := newTestFleet(t, 2, 4, cfg.String())
+	f.advance(time.Second)
+	send := func(w int, adapter, q string) string {
+		s, err := f.vms[w].Root(testRootID).NewStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := json.Marshal(map[string]any{"model": adapter, "messages": []map[string]string{{"role": "user", "content": q}}})
+		if _, err := s.RequestHeaders(baseRequest, false); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.RequestBody(b, true); err != nil {
+			t.Fatal(err)
+		}
+		dst, _ := s.RequestHeader(HeaderDestination)
+		if err := s.Done(); err != nil {
+			t.Fatal(err)
+		}
+		return dst
+	}
+	// Long prompts that differ from their first block: their rendezvous
+	// homes differ, so only shared placement knowledge makes them agree.
+	long := strings.Repeat(" with enough words to fill several prefix blocks", 12)
+	homes := map[string]string{}
+	for _, a := range adapters {
+		homes[a] = send(0, a, "first question for "+a+long)
+	}
+	f.advance(150 * time.Millisecond) // a tick: placements and the index are shared
+	for _, a := range adapters {
+		if dst := send(1, a, "another question, for "+a+" this time"+long); dst != homes[a] {
+			t.Errorf("worker 1 sent %s to %s; worker 0 had loaded it on %s", a, dst, homes[a])
+		}
+	}
+}
