@@ -99,23 +99,15 @@ func VisitPairs(data []byte, visit func(key, value []byte) bool) error {
 // storage, reused across calls) and returns it. Keys and values alias data.
 // On error dst is returned unchanged.
 func DecodePairs(dst [][2][]byte, data []byte) ([][2][]byte, error) {
-	n, err := checkPairs(data)
-	if err != nil || n == 0 {
+	out := dst
+	err := VisitPairs(data, func(k, v []byte) bool {
+		out = append(out, [2][]byte{k, v})
+		return true
+	})
+	if err != nil {
 		return dst, err
 	}
-	sizes := pairsHeaderSize
-	off := pairsHeaderSize + pairSizesSize*n
-	for i := 0; i < n; i++ {
-		kl := int(le32(data[sizes:]))
-		vl := int(le32(data[sizes+4:]))
-		sizes += pairSizesSize
-		key := data[off : off+kl : off+kl]
-		off += kl + 1
-		val := data[off : off+vl : off+vl]
-		off += vl + 1
-		dst = append(dst, [2][]byte{key, val})
-	}
-	return dst, nil
+	return out, nil
 }
 
 // DecodePairsStrings decodes a serialized map into freshly allocated strings,
