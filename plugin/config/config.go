@@ -221,6 +221,9 @@ type Config struct {
 	// each further ejection up to MaxPassiveBackoffMillis); 0 disables.
 	PassiveFailures      int
 	PassiveBackoffMillis uint32
+	// PeerExchange shares placements and in-flight work with other
+	// gateway instances (off by default).
+	PeerExchange PeerExchange
 	// Params are the decision's tunables.
 	Params scoring.Params
 }
@@ -302,6 +305,9 @@ func Parse(data []byte) (*Config, error) {
 	}
 	if cfg.LeaseMillis == 0 {
 		cfg.LeaseMillis = max(3*cfg.TickMillis, 1000)
+	}
+	if err := validatePeers(cfg); err != nil {
+		return nil, err
 	}
 	if err := cfg.Params.Validate(); err != nil {
 		return nil, errors.New("config: " + err.Error())

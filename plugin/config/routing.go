@@ -14,8 +14,11 @@ import (
 // the opt-in operability features.
 func parseRouting(cfg *Config, key string, r *jsonx.Reader) error {
 	p := &cfg.Params
-	if key == KeyAdapters {
+	switch key {
+	case KeyAdapters:
 		return parseAdapters(cfg, r)
+	case KeyPeers:
+		return parsePeers(cfg, r)
 	}
 	v := r.Value()
 	var err error
@@ -80,6 +83,10 @@ func parseRouting(cfg *Config, key string, r *jsonx.Reader) error {
 	case KeyAdapterTolerance:
 		n, err = boundedInt(key, v, 0, 3_600_000)
 		p.AdapterToleranceSec = float64(n) / 1000
+	case KeyPeerPath:
+		err = parsePeerPath(cfg, v)
+	case KeyPeerToken:
+		err = parsePeerToken(cfg, v)
 	case KeyTieEpsilonMs:
 		n, err = boundedInt(key, v, 0, 10_000)
 		p.TieEpsilonSec = float64(n) / 1000
