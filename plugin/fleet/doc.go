@@ -4,6 +4,7 @@
 // in-flight WorkRecord with the Registry of workers, and the local Outbox of
 // dispatched prefix chains. It knows no ABI: the router does the get/set
 // calls and passes the bytes and CAS numbers in.
+// Across gateways, each Journal (KeyJournal) is served to peers as a PeerExport.
 //
 //	var snap fleet.Snapshot                   // leader: one per VM, reused
 //	snap.SetLen(len(replicas))

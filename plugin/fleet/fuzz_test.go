@@ -116,3 +116,88 @@ func FuzzRegistryDecode(f *testing.F) {
 		}
 	})
 }
+
+func FuzzJournalDecode(f *testing.F) {
+	for _, n := range []int{0, 3, 9} {
+		f.Add(encJournal(f, testJournal(4, 4, n)))
+	}
+	f.Add([]byte("GRJL\x02"))
+	big := NewJournal(64, 64) // one per fuzz worker, reused: holds most inputs whole
+	f.Fuzz(func(t *testing.T, in []byte) {
+		small := testJournal(3, 2, 5) // truncates entries and chains
+		before := encJournal(t, small)
+		errBig, errSmall := big.Decode(in), small.Decode(in)
+		if (errBig == nil) != (errSmall == nil) {
+			t.Fatalf("Decode(%q) = %v into capacity 64, %v into capacity 3", in, errBig, errSmall)
+		}
+		if errSmall != nil {
+			if after := encJournal(t, small); !bytes.Equal(after, before) {
+				t.Fatalf("Decode(%q) = %v and changed the journal", in, errSmall)
+			}
+			return
+		}
+		// Canonical: re-encoding gives the input unless the input did not
+		// fit the receiver (then it is kept as its newest, truncated part).
+		out := encJournal(t, big)
+		if !bytes.Equal(out, in) {
+			full := big.Len() == big.Cap()
+			big.Each(0, func(_ uint64, _ int, c []uint64) { full = full || len(c) == big.MaxBlocks() })
+			if !full {
+				t.Fatalf("AppendBinary(Decode(%q)) = %q, want the input", in, out)
+			}
+		}
+		again := NewJournal(64, 64)
+		if err := again.Decode(out); err != nil || !bytes.Equal(encJournal(t, again), out) {
+			t.Fatalf("Decode(AppendBinary(x)) = %v, not x", err)
+		}
+		// The small receiver holds the newest 3 of the same entries, chains
+		// cut to 2 blocks, and the same numbering.
+		if small.Epoch != big.Epoch || small.ConfigID != big.ConfigID || small.Next() != big.Next() {
+			t.Fatalf("Decode(%q) into capacity 3: Epoch, ConfigID, Next = %d, %d, %d; capacity 64 gave %d, %d, %d",
+				in, small.Epoch, small.ConfigID, small.Next(), big.Epoch, big.ConfigID, big.Next())
+		}
+		var want []jEntry
+		big.Each(big.Next()-uint64(min(big.Len(), 3)), func(seq uint64, r int, c []uint64) {
+			want = append(want, jEntry{seq, r, append([]uint64(nil), c[:min(len(c), 2)]...)})
+		})
+		checkEntries(t, "entries decoded into capacity 3", journalEntries(small, 0), want)
+	})
+}
+
+func FuzzPeerExportDecode(f *testing.F) {
+	j := testJournal(8, 4, 10)
+	for _, n := range []int{0, 1, 5} {
+		b, _ := AppendPeerExport(nil, j, j.Epoch, 0, 4, testAddrs(n), testWork(n), 3)
+		f.Add(b)
+	}
+	f.Add([]byte("GRPX\x02"))
+	seed, _ := AppendPeerExport(nil, j, j.Epoch, 0, 10, testAddrs(5), testWork(5), 1)
+	f.Fuzz(func(t *testing.T, in []byte) {
+		var p PeerExport
+		if err := p.Decode(seed); err != nil { // non-empty receiver: reuse paths run
+			t.Fatal(err)
+		}
+		if err := p.Decode(in); err != nil {
+			if after, _ := p.AppendBinary(nil); !bytes.Equal(after, seed) {
+				t.Fatalf("Decode(%q) = %v and changed the export", in, err)
+			}
+			return
+		}
+		if len(p.Work) != p.NumReplicas() {
+			t.Fatalf("Decode(%q): %d Work for %d addresses", in, len(p.Work), p.NumReplicas())
+		}
+		p.Each(func(r int, c []uint64) {
+			if r < 0 || r >= p.NumReplicas() || len(c) == 0 {
+				t.Fatalf("Decode(%q): entry replica %d of %d, %d blocks", in, r, p.NumReplicas(), len(c))
+			}
+		})
+		out, err := p.AppendBinary(nil)
+		if err != nil || !bytes.Equal(out, in) {
+			t.Fatalf("AppendBinary(Decode(%q)) = %q, %v; want the input", in, out, err)
+		}
+		var again PeerExport
+		if err := again.Decode(out); err != nil || again.Len() != p.Len() || again.Next != p.Next {
+			t.Fatalf("Decode(AppendBinary(x)) = %v, not x", err)
+		}
+	})
+}
