@@ -29,6 +29,11 @@ const (
 	sseDone               = "data: [DONE]\n\n"
 	metricsLatency        = time.Millisecond
 	keyDecisionHeaderJSON = `"decision_header":true`
+	// The peer exchange between gateways: every gateway answers peerPath
+	// and asks the others through a cluster per peer.
+	peerPath          = "/gpuroute/peer"
+	peerToken         = "hostsim-peer-token-0123456789"
+	peerClusterPrefix = "gpuroute-peer-"
 )
 
 // GPURouteStart is the virtual wall-clock time of virtual time 0 in every
@@ -78,7 +83,8 @@ type GPURoute struct {
 	flights  []gpFlight
 	body     []byte
 	tokens   []byte
-	cfg      []byte
+	cfg      []byte // the last gateway configuration built
+	peerNext []int  // per gateway: the worker that answers the next peer call
 
 	picks    int64
 	pickWall time.Duration
@@ -165,8 +171,9 @@ func (p *GPURoute) Start(f *Fleet) error {
 	p.flights = p.flights[:0]
 	p.picks, p.pickWall = 0, 0
 	ctx := context.Background()
-	p.buildConfig()
+	p.peerNext = make([]int, p.o.Gateways)
 	for g := range p.o.Gateways {
+		p.buildConfig(g)
 		h := hostsim.NewHost(hostsim.Options{Start: GPURouteStart, Seed: uint64(p.o.Seed)*31 + uint64(g), LogLevel: hostsim.LogWarn, MaxLogs: 200})
 		p.hosts = append(p.hosts, h)
 		for i := range n {
@@ -181,6 +188,15 @@ func (p *GPURoute) Start(f *Fleet) error {
 				}
 				return hostsim.CallReply{Status: 200, Body: r.MetricsText(nil, engine), Latency: metricsLatency}
 			}))
+		}
+		if !p.o.IsolatedGateways {
+			for peer := range p.o.Gateways {
+				if peer != g {
+					h.AddCluster(peerClusterPrefix+strconv.Itoa(peer), hostsim.ClusterFunc(func(req *hostsim.CallRequest) hostsim.CallReply {
+						return p.peerCall(peer, req)
+					}))
+				}
+			}
 		}
 		mod, err := h.Compile(ctx, p.wasm)
 		if err != nil {
@@ -244,9 +260,36 @@ func (p *GPURoute) wantState(i int) replicaState {
 	return replicaState{state: "drained"}
 }
 
-// buildConfig renders the plugin configuration for the current states and
-// adapters into p.cfg.
-func (p *GPURoute) buildConfig() {
+// peerCall answers gateway peer's exchange endpoint through one of its
+// workers (round robin, as Envoy spreads connections), the way another
+// Envoy's listener would.
+func (p *GPURoute) peerCall(peer int, req *hostsim.CallRequest) hostsim.CallReply {
+	k := peer*p.o.Workers + p.peerNext[peer]
+	p.peerNext[peer] = (p.peerNext[peer] + 1) % p.o.Workers
+	if k >= len(p.roots) {
+		// Not started yet: its listener refuses, Envoy answers 503.
+		return hostsim.CallReply{Status: 503, Latency: metricsLatency}
+	}
+	s, err := p.roots[k].NewStream()
+	if err != nil {
+		p.fail("peer stream", err)
+	}
+	if _, err := s.RequestHeaders(req.Headers, true); err != nil {
+		p.fail("peer request headers", err)
+	}
+	lr := s.LocalReply()
+	if err := s.Done(); err != nil {
+		p.fail("peer stream done", err)
+	}
+	if lr == nil {
+		return hostsim.CallReply{Status: 404, Latency: metricsLatency}
+	}
+	return hostsim.CallReply{Status: lr.Status, Body: append([]byte(nil), lr.Body...), Latency: metricsLatency}
+}
+
+// buildConfig renders gateway g's plugin configuration for the current
+// states and adapters into p.cfg.
+func (p *GPURoute) buildConfig(g int) {
 	b := append(p.cfg[:0], `{"tick_ms":`...)
 	b = strconv.AppendInt(b, p.tickMs, 10)
 	b = append(b, `,"replicas":[`...)
@@ -303,14 +346,33 @@ func (p *GPURoute) buildConfig() {
 		b = append(b, ',')
 		b = append(b, keyDecisionHeaderJSON...)
 	}
+	if p.o.Gateways > 1 && !p.o.IsolatedGateways {
+		b = append(b, `,"peer_path":"`+peerPath+`","peer_token":"`+peerToken+`","peers":[`...)
+		for peer, n := 0, 0; peer < p.o.Gateways; peer++ {
+			if peer == g {
+				continue
+			}
+			if n++; n > 1 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"name":"gateway-`...)
+			b = strconv.AppendInt(b, int64(peer), 10)
+			b = append(b, `","cluster":"`+peerClusterPrefix...)
+			b = strconv.AppendInt(b, int64(peer), 10)
+			b = append(b, `"}`...)
+		}
+		b = append(b, ']')
+	}
 	p.cfg = append(b, '}')
 }
 
 // reconfigure pushes the current configuration to every VM, as a control
 // plane's update reaches every worker of every Envoy.
 func (p *GPURoute) reconfigure() {
-	p.buildConfig()
 	for k, vm := range p.vms {
+		if k%p.o.Workers == 0 {
+			p.buildConfig(k / p.o.Workers)
+		}
 		root, err := vm.Configure(gpurouteRootID, p.cfg)
 		if err != nil {
 			panic("fleet: gpuroute: reconfiguration refused: " + err.Error() + hostLogs(p.hosts[k/p.o.Workers]) +

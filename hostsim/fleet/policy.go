@@ -109,6 +109,9 @@ type PolicyOptions struct {
 	// Workers and Gateways are the Envoy worker threads per gateway and the
 	// gateway count the wasm policy emulates.
 	Workers, Gateways int
+	// IsolatedGateways turns the plugin's gateway peer exchange off, so
+	// gateways share nothing (the configuration before peers existed).
+	IsolatedGateways bool
 }
 
 // Factory builds a policy.

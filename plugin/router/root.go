@@ -102,6 +102,25 @@ type root struct {
 	scrapeRoundOf []uint32
 	scrapeDirty   bool
 
+	// Gateway peer exchange (peers.go): the journal of this gateway's
+	// placements, placements imported from peers awaiting the next merge,
+	// the leader's links to the peers and the peers' summed work.
+	journal       *fleet.Journal
+	journalAppend func(replica int, chain []uint64)
+	importBox     *fleet.Outbox
+	importEntry   func(replica int, chain []uint64)
+	peerToken     []byte
+	peerAddrs     []string
+	peerMap       []int
+	exportWork    []scoring.Work
+	peers         []peerLink
+	peerDone      []func(numHeaders, bodySize, numTrailers int)
+	peerExport    fleet.PeerExport
+	remote        fleet.WorkRecord
+	remoteWork    []scoring.Work
+	remoteNanos   int64
+	remoteCAS     uint32
+
 	// Passive health (passive.go): routed requests' outcomes per replica,
 	// shared between the worker VMs.
 	passive passive
@@ -208,6 +227,7 @@ func (r *root) setup(cfg *config.Config) error {
 	r.record.Work = make([]scoring.Work, n)
 	r.scratch = make([]byte, 0, 4096)
 	r.models = make(map[string]string)
+	r.setupPeers()
 	return nil
 }
 

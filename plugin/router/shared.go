@@ -28,9 +28,13 @@ func (r *root) tick(now int64) {
 	r.syncSuspects(now)
 	// Ejections end and evidence ages between snapshots too.
 	r.presentAll(now)
+	r.readRemoteWork(now)
 	r.exchangeWork(now)
 	r.exchangeAdapters(now)
-	r.mergePrefixes()
+	r.mergePrefixes(now)
+	if r.leader && len(r.peers) > 0 {
+		r.askPeers()
+	}
 	r.enforceDrains(now)
 	if n := r.ledger.Sweep(now - int64(sweepAfter)); n > 0 {
 		r.stats.add(r.stats.sweptFlights, int64(n))
@@ -287,12 +291,30 @@ func (r *root) writeWork(now int64) {
 	}
 }
 
-// gatherPeerWork reads the other workers' records, decoding only those whose
-// CAS changed, and sets Replica.PeerWork to their sum.
+// gatherPeerWork sets Replica.PeerWork to the other workers' work plus what
+// the peer gateways reported (peers.go).
 func (r *root) gatherPeerWork(now int64) {
-	if r.worker == 0 || len(r.registry.Workers) < 2 {
+	local := r.worker != 0 && len(r.registry.Workers) > 1
+	if !local && r.remoteNanos == 0 {
 		return
 	}
+	clear(r.peerWork)
+	if local {
+		r.refreshBoard()
+		// A record older than a few lease lifetimes is a dead worker's.
+		r.board.Sum(r.worker, now, r.peerWorkTTL(), r.peerWork)
+	}
+	for i := range r.replicas {
+		if r.remoteNanos != 0 {
+			r.peerWork[i].Add(&r.remoteWork[i])
+		}
+		r.replicas[i].PeerWork = r.peerWork[i]
+	}
+}
+
+// refreshBoard reads the other workers' records, decoding only those whose
+// CAS changed.
+func (r *root) refreshBoard() {
 	for _, w := range r.registry.Workers {
 		if w == r.worker {
 			continue
@@ -302,21 +324,16 @@ func (r *root) gatherPeerWork(now int64) {
 			_ = r.board.Update(w, cas, v)
 		}
 	}
-	// A record older than a few lease lifetimes is a dead worker's.
-	ttl := 3 * int64(r.cfg.LeaseMillis) * int64(time.Millisecond)
-	clear(r.peerWork)
-	r.board.Sum(r.worker, now, ttl, r.peerWork)
-	for i := range r.replicas {
-		r.replicas[i].PeerWork = r.peerWork[i]
-	}
 }
 
 // mergePrefixes folds the dispatches recorded since the last tick into the
 // shared prefix index: read, decode when another worker changed it, apply
-// our outbox, write back with the read CAS. Affinity thereby holds across
-// the workers of one Envoy; across gateways the rendezvous tie-break gives
-// the same home to a prefix without any exchange.
-func (r *root) mergePrefixes() {
+// our outbox and the placements imported from peer gateways, write back
+// with the read CAS. Affinity thereby holds across the workers of one
+// Envoy, and across gateways with the peer exchange (peers.go); without it
+// the rendezvous tie-break still gives a new prefix the same home on an
+// idle fleet. Our own dispatches are then journaled for the peers.
+func (r *root) mergePrefixes(now int64) {
 	for range 3 {
 		v, cas, err := proxy.GetSharedData(keyPrefix)
 		switch {
@@ -330,10 +347,13 @@ func (r *root) mergePrefixes() {
 				r.index.Clear()
 			}
 		}
-		if r.outbox.Len() == 0 && cas == r.prefixCAS {
+		if r.outbox.Len() == 0 && (r.importBox == nil || r.importBox.Len() == 0) && cas == r.prefixCAS {
 			return
 		}
 		r.outbox.Each(r.recordPrefix)
+		if r.importBox != nil {
+			r.importBox.Each(r.recordPrefix)
+		}
 		var buf []byte
 		buf, err = r.index.AppendBinary(r.scratch[:0])
 		if err != nil {
@@ -341,7 +361,11 @@ func (r *root) mergePrefixes() {
 		}
 		r.scratch = buf
 		if proxy.SetSharedData(keyPrefix, buf, cas) == nil {
+			r.journalDispatches(now)
 			r.outbox.Reset()
+			if r.importBox != nil {
+				r.importBox.Reset()
+			}
 			// Our own write changes the CAS; remember "unknown" so the next
 			// tick re-reads, which also picks up later writers.
 			r.prefixCAS = 0

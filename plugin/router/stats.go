@@ -28,6 +28,10 @@ const (
 	statPassiveEjects   = "gpuroute_passive_ejections_total"
 	statInFlight        = "gpuroute_in_flight"
 	statClosedReplicas  = "gpuroute_closed_replicas"
+	statPeerImported    = "gpuroute_peer_placements_imported_total"
+	statPeerFailures    = "gpuroute_peer_failures_total"
+	statPeerServed      = "gpuroute_peer_requests_served_total"
+	statPeerRefused     = "gpuroute_peer_requests_refused_total"
 )
 
 // numReasons is the number of scoring.Reason values with a stat.
@@ -46,6 +50,8 @@ type stats struct {
 	leaseChanges, sweptFlights               uint32
 	passiveEjections                         uint32
 	inFlight, closedReplicas                 uint32
+	peerImported, peerFailures               uint32
+	peerServed, peerRefused                  uint32
 	byReason                                 [numReasons]uint32
 }
 
@@ -73,6 +79,10 @@ func (s *stats) define(log *logPrefix) {
 	s.leaseChanges = def(c, statLeaseChanges)
 	s.sweptFlights = def(c, statSweptFlights)
 	s.passiveEjections = def(c, statPassiveEjects)
+	s.peerImported = def(c, statPeerImported)
+	s.peerFailures = def(c, statPeerFailures)
+	s.peerServed = def(c, statPeerServed)
+	s.peerRefused = def(c, statPeerRefused)
 	s.inFlight = def(proxy.MetricTypeGauge, statInFlight)
 	s.closedReplicas = def(proxy.MetricTypeGauge, statClosedReplicas)
 	for i := range s.byReason {

@@ -64,6 +64,9 @@ func (s *stream) OnHttpRequestHeaders(numHeaders int, endOfStream bool) types.Ac
 	if r.cfg.StatusPath != "" && isStatusPath(path, r.cfg.StatusPath) {
 		return r.serveStatus()
 	}
+	if r.isPeerPath(path) {
+		return r.servePeer(path)
+	}
 	if kind, ok := openai.KindFromPath(path); ok && !endOfStream {
 		s.inference, s.kind = true, kind
 		return types.ActionPause

@@ -40,7 +40,7 @@ type options struct {
 	limit, replicas, workers, gateways, parallel                    int
 	seed                                                            int64
 	duration                                                        time.Duration
-	list                                                            bool
+	list, isolated                                                  bool
 }
 
 func main() {
@@ -63,6 +63,7 @@ func run(args []string) error {
 	fs.IntVar(&o.workers, "workers", 2, "worker VMs per gateway for the gpuroute policy (Envoy's --concurrency)")
 	fs.IntVar(&o.parallel, "parallel", runtime.NumCPU(), "policies simulated at once")
 	fs.IntVar(&o.gateways, "gateways", 1, "gateway instances the wasm policy emulates")
+	fs.BoolVar(&o.isolated, "isolated-gateways", false, "gateways share nothing (turns the plugin's peer exchange off)")
 	fs.Int64Var(&o.seed, "seed", 1, "seed of the workload generators and policies")
 	fs.DurationVar(&o.duration, "duration", 0, "truncate arrivals after this much virtual time")
 	fs.StringVar(&o.jsonPath, "json", "", "write results as JSON to this file")
@@ -106,7 +107,7 @@ func run(args []string) error {
 		}
 	}
 
-	popts := fleet.PolicyOptions{Seed: o.seed, WasmPath: o.wasm, Workers: o.workers, Gateways: o.gateways}
+	popts := fleet.PolicyOptions{Seed: o.seed, WasmPath: o.wasm, Workers: o.workers, Gateways: o.gateways, IsolatedGateways: o.isolated}
 	var reports []fleet.Report
 	var all []fleet.WorkloadResults
 	tty := isTerminal(os.Stderr)

@@ -1,0 +1,209 @@
+package router
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuroute/gpuroute/hostsim"
+	"github.com/gpuroute/gpuroute/plugin/fleet"
+)
+
+// Tests of the gateway peer exchange (peers.go): two hostsim Hosts are two
+// Envoy instances, each reaching the other's listener through a cluster.
+
+const (
+	testPeerPath  = "/gpuroute/peer"
+	testPeerToken = "test-peer-token-0123456789"
+)
+
+// peerConfig is the configuration fragment that makes a gateway ask peer.
+func peerConfig(peer string) string {
+	return `,"peer_path":"` + testPeerPath + `","peer_token":"` + testPeerToken +
+		`","peers":[{"name":"` + peer + `","cluster":"peer-` + peer + `"}]`
+}
+
+// askGateway sends headers to one of f's workers the way Envoy's listener
+// would and returns the local reply (nil: the request was routed upstream)
+// and the destination it got.
+func askGateway(t *testing.T, f *testFleet, w int, headers [][2]string) (*hostsim.LocalReply, string) {
+	t.Helper()
+	s, err := f.vms[w].Root(testRootID).NewStream()
+	if err != nil {
+		t.Fatalf("NewStream = %v", err)
+	}
+	if _, err := s.RequestHeaders(headers, true); err != nil {
+		t.Fatalf("RequestHeaders = %v", err)
+	}
+	lr := s.LocalReply()
+	dst, _ := s.RequestHeader(HeaderDestination)
+	if err := s.Done(); err != nil {
+		t.Fatalf("Done = %v", err)
+	}
+	return lr, dst
+}
+
+// linkGateways makes a and b peers of each other, or isolated ones with the
+// same topology but the exchange off.
+func linkGateways(t *testing.T, a, b *testFleet, exchange bool) {
+	t.Helper()
+	serve := func(f *testFleet) hostsim.ClusterFunc {
+		n := 0
+		return func(req *hostsim.CallRequest) hostsim.CallReply {
+			n++
+			lr, _ := askGateway(t, f, n%len(f.vms), req.Headers)
+			if lr == nil {
+				return hostsim.CallReply{Status: 404}
+			}
+			return hostsim.CallReply{Status: lr.Status, Body: append([]byte(nil), lr.Body...), Latency: time.Millisecond}
+		}
+	}
+	a.h.AddCluster("peer-b", serve(b))
+	b.h.AddCluster("peer-a", serve(a))
+	if exchange {
+		a.configure(a.config(peerConfig("b"), nil))
+		b.configure(b.config(peerConfig("a"), nil))
+	}
+}
+
+func advanceBoth(a, b *testFleet, d time.Duration) {
+	for step := 50 * time.Millisecond; d > 0; d -= step {
+		a.advance(step)
+		b.advance(step)
+	}
+}
+
+// TestPeersShareAffinity: a prefix that gateway a placed away from the
+// rendezvous home (its own view of load pushed it there) is followed by
+// gateway b once the exchange ran, and not without it.
+func TestPeersShareAffinity(t *testing.T) {
+	const replicas, prefixes = 8, 8
+	run := func(exchange bool) (followed int) {
+		a := newTestFleet(t, 2, replicas, "")
+		b := newTestFleet(t, 2, replicas, "")
+		linkGateways(t, a, b, exchange)
+		// In a's view every replica but 10.0.0.6 is busy.
+		for i, r := range a.replicas {
+			if i != 5 {
+				r.set(func(r *fakeReplica) { r.waiting, r.running = 20, 40 })
+			}
+		}
+		advanceBoth(a, b, 300*time.Millisecond)
+		for p := range prefixes {
+			system := strings.Repeat("tenant "+strconv.Itoa(p)+" shared context. ", 300)
+			if dst := a.route(p%2, system+"first"); dst != "10.0.0.6:8000" {
+				t.Fatalf("gateway a sent prefix %d to %s, want the only idle replica 10.0.0.6:8000", p, dst)
+			}
+		}
+		// Two ticks: a merges and journals, b's leader asks and merges.
+		advanceBoth(a, b, 300*time.Millisecond)
+		for p := range prefixes {
+			system := strings.Repeat("tenant "+strconv.Itoa(p)+" shared context. ", 300)
+			if b.route(p%2, system+"follow-up") == "10.0.0.6:8000" {
+				followed++
+			}
+		}
+		if exchange && a.metric(statPeerServed) == 0 {
+			t.Errorf("%s on gateway a = 0, want b's asks answered", statPeerServed)
+		}
+		if exchange && b.metric(statPeerImported) < prefixes {
+			t.Errorf("%s on gateway b = %d, want ≥ %d", statPeerImported, b.metric(statPeerImported), prefixes)
+		}
+		return followed
+	}
+	if got := run(true); got != prefixes {
+		t.Errorf("with the exchange, gateway b followed %d of %d prefixes to a's placement, want all", got, prefixes)
+	}
+	if got := run(false); got == prefixes {
+		t.Errorf("without the exchange gateway b still followed all %d prefixes: the test does not exercise the exchange", prefixes)
+	}
+}
+
+// TestPeersShareWork: requests gateway a has in flight on a replica count
+// as load in gateway b, whose own metrics and ledger show an idle fleet.
+func TestPeersShareWork(t *testing.T) {
+	const prompts = 8
+	run := func(exchange bool) (avoided int) {
+		a := newTestFleet(t, 1, 2, "")
+		b := newTestFleet(t, 1, 2, "")
+		linkGateways(t, a, b, exchange)
+		a.replicas[1].set(func(r *fakeReplica) { r.waiting, r.running = 30, 50 })
+		advanceBoth(a, b, 300*time.Millisecond)
+		long := strings.Repeat("a long document to summarise. ", 2000)
+		for i := range 6 {
+			if _, dst := a.open(0, long+strconv.Itoa(i)); dst != "10.0.0.1:8000" {
+				t.Fatalf("gateway a sent request %d to %s, want 10.0.0.1:8000 (10.0.0.2 reports 30 waiting)", i, dst)
+			}
+		}
+		advanceBoth(a, b, 300*time.Millisecond)
+		for i := range prompts {
+			if b.route(0, "short question "+strconv.Itoa(i)) == "10.0.0.2:8000" {
+				avoided++
+			}
+		}
+		return avoided
+	}
+	if got := run(true); got != prompts {
+		t.Errorf("with the exchange, gateway b avoided a's loaded replica for %d of %d requests, want all", got, prompts)
+	}
+	if got := run(false); got == prompts {
+		t.Errorf("without the exchange gateway b still avoided 10.0.0.1 for all %d requests: the test does not exercise the exchange", prompts)
+	}
+}
+
+// TestPeerEndpoint: the exchange answers only with the token, never routes
+// the request upstream, and is off unless configured.
+func TestPeerEndpoint(t *testing.T) {
+	f := newTestFleet(t, 1, 2, `,"peer_path":"`+testPeerPath+`","peer_token":"`+testPeerToken+`"`)
+	f.advance(200 * time.Millisecond)
+	f.route(0, strings.Repeat("a prompt long enough to fill a few prefix blocks. ", 20))
+	f.advance(200 * time.Millisecond)
+	get := func(path string, extra ...[2]string) [][2]string {
+		return append([][2]string{{":method", "GET"}, {":path", path}, {":authority", "gw"}}, extra...)
+	}
+	tests := []struct {
+		name    string
+		headers [][2]string
+		status  int
+	}{
+		{"no token", get(testPeerPath), 403},
+		{"wrong token", get(testPeerPath, [2]string{HeaderPeerToken, "test-peer-token-0123456780"}), 403},
+		{"token prefix", get(testPeerPath, [2]string{HeaderPeerToken, testPeerToken[:16]}), 403},
+		{"token", get(testPeerPath, [2]string{HeaderPeerToken, testPeerToken}), 200},
+		{"token and cursor", get(testPeerPath+"?epoch=7&since=3", [2]string{HeaderPeerToken, testPeerToken}), 200},
+		{"token and garbage query", get(testPeerPath+"?since=-1&epoch=x&&=", [2]string{HeaderPeerToken, testPeerToken}), 200},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			lr, dst := askGateway(t, f, 0, tt.headers)
+			if lr == nil || lr.Status != tt.status {
+				t.Fatalf("GET %s: local reply %+v, want status %d", testPeerPath, lr, tt.status)
+			}
+			if dst != "" {
+				t.Errorf("GET %s got destination %q, want none (answered locally)", testPeerPath, dst)
+			}
+			if tt.status != 200 {
+				if strings.Contains(string(lr.Body), "10.0.0.") {
+					t.Errorf("403 body %q reveals the fleet", lr.Body)
+				}
+				return
+			}
+			var x fleet.PeerExport
+			if err := x.Decode(lr.Body); err != nil {
+				t.Fatalf("answer does not decode: %v", err)
+			}
+			if x.NumReplicas() != 2 || string(x.Addr(1)) != "10.0.0.2:8000" || x.Len() == 0 {
+				t.Errorf("answer has %d replicas (second %q) and %d placements, want 2, 10.0.0.2:8000 and ≥ 1",
+					x.NumReplicas(), x.Addr(min(1, x.NumReplicas()-1)), x.Len())
+			}
+		})
+	}
+	if got := f.metric(statPeerRefused); got != 3 {
+		t.Errorf("%s = %d, want 3", statPeerRefused, got)
+	}
+	off := newTestFleet(t, 1, 2, "")
+	if lr, dst := askGateway(t, off, 0, get(testPeerPath, [2]string{HeaderPeerToken, testPeerToken})); lr != nil || dst == "" {
+		t.Errorf("without peer_path, GET %s = local reply %+v, destination %q; want it routed like any request", testPeerPath, lr, dst)
+	}
+}
