@@ -149,6 +149,7 @@ var envoyCases = []envoyCase{
 	{name: "override_host", file: "override-host.yaml", overrideHost: true},
 	{name: "ecds", file: "ecds.yaml", ecds: "gpuroute-filter.yaml"},
 	{name: "singleton", file: "singleton.yaml", singleton: true},
+	{name: "peers", file: "peers.yaml"},
 }
 
 // TestEveryExampleIsTested keeps new example files from escaping the tests.
@@ -255,6 +256,11 @@ func TestEnvoyExamples(t *testing.T) {
 				for _, r := range cfg.Replicas {
 					if r.MetricsCluster != "" && clusters[r.MetricsCluster] == nil {
 						t.Errorf("%s: replica %s: metrics_cluster %q is not a cluster of the bootstrap", tc.file, r.Name, r.MetricsCluster)
+					}
+				}
+				for _, p := range cfg.PeerExchange.Peers {
+					if clusters[p.Cluster] == nil {
+						t.Errorf("%s: peer %s: cluster %q is not a cluster of the bootstrap", tc.file, p.Name, p.Cluster)
 					}
 				}
 			}
