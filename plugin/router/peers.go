@@ -245,10 +245,7 @@ func (r *root) peerAnswered(i, numHeaders, bodySize int) {
 	}
 	x := &r.peerExport
 	r.mapPeerReplicas(x)
-	if x.Epoch != l.epoch {
-		l.epoch = x.Epoch
-	}
-	l.next = x.Next
+	l.epoch, l.next = x.Epoch, x.Next
 	n0 := r.importBox.Len()
 	x.Each(r.importEntry)
 	r.stats.add(r.stats.peerImported, int64(r.importBox.Len()-n0))
@@ -357,6 +354,45 @@ func (r *root) readRemoteWork(now int64) {
 // few lease lifetimes, after which its writer is presumed gone.
 func (r *root) peerWorkTTL() int64 {
 	return 3 * int64(r.cfg.LeaseMillis) * int64(time.Millisecond)
+}
+
+// appendPeerStatus adds the exchange to the status endpoint's JSON: the age
+// of the peers' work this worker counts, and on the leader (which asks) each
+// link's state.
+func (r *root) appendPeerStatus(b []byte, now int64) []byte {
+	if !r.cfg.PeerExchange.Serving() {
+		return b
+	}
+	b = append(b, `,"peer_work_age_ms":`...)
+	if r.remoteNanos == 0 {
+		b = append(b, `null`...)
+	} else {
+		b = strconv.AppendInt(b, max(now-r.remoteNanos, 0)/int64(time.Millisecond), 10)
+	}
+	if !r.leader {
+		return b
+	}
+	b = append(b, `,"peers":[`...)
+	for i := range r.peers {
+		l := &r.peers[i]
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"name":`...)
+		b = strconv.AppendQuote(b, r.cfg.PeerExchange.Peers[i].Name)
+		b = append(b, `,"failing":`...)
+		b = strconv.AppendBool(b, l.failing)
+		b = append(b, `,"cursor":`...)
+		b = strconv.AppendUint(b, l.next, 10)
+		b = append(b, `,"answer_age_ms":`...)
+		if l.workNanos == 0 {
+			b = append(b, `null`...)
+		} else {
+			b = strconv.AppendInt(b, max(now-l.workNanos, 0)/int64(time.Millisecond), 10)
+		}
+		b = append(b, '}')
+	}
+	return append(b, ']')
 }
 
 // queryUint returns the decimal value of name in the path's query (0 when

@@ -207,3 +207,81 @@ func TestPeerEndpoint(t *testing.T) {
 		t.Errorf("without peer_path, GET %s = local reply %+v, destination %q; want it routed like any request", testPeerPath, lr, dst)
 	}
 }
+
+// TestPeerFailures: a peer that is unreachable, times out, refuses the
+// token or answers garbage costs nothing but its placements: every request
+// is still routed, the failures are counted and logged once per episode,
+// the status endpoint shows the link failing, and a recovered peer is used
+// again.
+func TestPeerFailures(t *testing.T) {
+	tests := []struct {
+		name  string
+		reply hostsim.CallReply
+	}{
+		{"connection refused", hostsim.CallReply{Status: 503}},
+		{"timeout", hostsim.CallReply{NoAnswer: true}},
+		{"refused token", hostsim.CallReply{Status: 403, Body: peerRefusedBody}},
+		{"garbage", hostsim.CallReply{Status: 200, Body: []byte("<html>not an answer</html>")}},
+		{"truncated", hostsim.CallReply{Status: 200, Body: []byte("GRPX\x02\x01\x02")}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := newTestFleet(t, 2, 2, "")
+			b := newTestFleet(t, 1, 2, `,"peer_path":"`+testPeerPath+`","peer_token":"`+testPeerToken+`"`)
+			broken := true
+			a.h.AddCluster("peer-b", hostsim.ClusterFunc(func(req *hostsim.CallRequest) hostsim.CallReply {
+				if broken {
+					return tt.reply
+				}
+				lr, _ := askGateway(t, b, 0, req.Headers)
+				return hostsim.CallReply{Status: lr.Status, Body: append([]byte(nil), lr.Body...)}
+			}))
+			a.configure(a.config(peerConfig("b")+`,"scrape_timeout_ms":50,"status_path":"/status"`, nil))
+			advanceBoth(a, b, time.Second)
+			for i := range 20 {
+				if dst := a.route(i%2, "question "+strconv.Itoa(i)); dst == "" {
+					t.Fatalf("request %d was not routed while the peer fails", i)
+				}
+			}
+			if n := a.metric(statPeerFailures); n < 5 {
+				t.Errorf("%s = %d after 1 s of failing asks at 100 ms ticks, want ≥ 5", statPeerFailures, n)
+			}
+			warnings := 0
+			for _, e := range a.h.Logs() {
+				if strings.Contains(e.Message, "peer b:") {
+					warnings++
+				}
+			}
+			if warnings != 1 {
+				t.Errorf("%d warnings about peer b, want 1 per failure episode", warnings)
+			}
+			status := func() string {
+				for w := range a.vms {
+					lr, _ := askGateway(t, a, w, [][2]string{{":method", "GET"}, {":path", "/status"}, {":authority", "gw"}})
+					if s := string(lr.Body); strings.Contains(s, `"peers":[`) {
+						return s
+					}
+				}
+				t.Fatal("no worker's status lists the peer links (the leader's should)")
+				return ""
+			}
+			if s := status(); !strings.Contains(s, `"name":"b","failing":true`) {
+				t.Errorf("status while the peer fails = %s, want the link to b failing", s)
+			}
+			broken = false
+			b.route(0, strings.Repeat("a prompt for gateway b to journal. ", 20))
+			advanceBoth(a, b, 500*time.Millisecond)
+			if s := status(); !strings.Contains(s, `"name":"b","failing":false`) {
+				t.Errorf("status after the peer recovered = %s, want the link to b answering", s)
+			}
+			if a.metric(statPeerImported) == 0 {
+				t.Errorf("%s = 0 after the peer recovered, want its placement imported", statPeerImported)
+			}
+			for _, vm := range a.vms {
+				if err := vm.Err(); err != nil {
+					t.Errorf("VM failed: %v", err)
+				}
+			}
+		})
+	}
+}

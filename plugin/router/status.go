@@ -66,6 +66,7 @@ func (r *root) serveStatus() types.Action {
 	b = strconv.AppendUint(b, r.snap.Generation, 10)
 	b = append(b, `,"in_flight":`...)
 	b = strconv.AppendInt(b, int64(r.ledger.InFlight()), 10)
+	b = r.appendPeerStatus(b, now)
 	b = append(b, `,"replicas":[`...)
 	for i := range r.replicas {
 		rep := &r.replicas[i]
