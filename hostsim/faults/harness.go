@@ -26,6 +26,7 @@ const (
 	statPromptTokens  = "gpuroute_prompt_tokens_total"
 	statPanics        = "gpuroute_panics_total"
 	statPassiveEjects = "gpuroute_passive_ejections_total"
+	statPeerFailures  = "gpuroute_peer_failures_total"
 )
 
 // start is the virtual wall clock's origin: drain deadlines in

@@ -53,6 +53,7 @@ var scenarios = []scenario{
 	{"bad-reconfigure", "a bad configuration arrives during load", runBadReconfigure},
 	{"module-swap", "new VMs of a new module, same vm_id, during load", runModuleSwap},
 	{"gc-pressure", "one VM, many requests, poll_oneoff=ENOSYS", runGCPressure},
+	{"peer-down", "the peer gateway refuses, times out and answers garbage in turn", runPeerDown},
 }
 
 // withEnv starts an env and closes it after f.
@@ -523,4 +524,31 @@ func runGCPressure(o Options, res *Result) {
 	if h.PollCalls() != 0 {
 		e.fail(fmt.Errorf("faults: gc-pressure: %d poll_oneoff calls, want 0", h.PollCalls()))
 	}
+}
+
+// runPeerDown: the gateway's only peer never gives a usable answer (503,
+// no answer within the timeout, garbage, in turn; the cluster is missing
+// for the first asks). The exchange only adds placements, so routing must
+// not notice: nothing lost, the failures counted.
+func runPeerDown(o Options, res *Result) {
+	const peers = `,"peer_path":"/gpuroute/peer","peer_token":"faults-peer-token-0123456789",` +
+		`"peers":[{"name":"b","cluster":"peer-b"}],"scrape_timeout_ms":50`
+	withEnv(o, res, 4, 4, peers, func(e *env) {
+		e.advance(200 * time.Millisecond)
+		asks := 0
+		e.h.AddCluster("peer-b", hostsim.ClusterFunc(func(*hostsim.CallRequest) hostsim.CallReply {
+			asks++
+			switch asks % 3 {
+			case 0:
+				return hostsim.CallReply{Status: 503, Body: []byte("upstream connect error")}
+			case 1:
+				return hostsim.CallReply{NoAnswer: true}
+			}
+			return hostsim.CallReply{Status: 200, Body: []byte("GRPX\x02garbage")}
+		}))
+		e.load(o.requests(), 0)
+		hit := float64(e.metric(statPrefixHits)) / float64(max(e.metric(statPromptTokens), 1))
+		res.Figures = fmt.Sprintf("peer asks %d, failures counted %d; prefix-hit token share %.2f; %s",
+			asks, e.metric(statPeerFailures), hit, e.shares())
+	})
 }
