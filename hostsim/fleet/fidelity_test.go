@@ -129,41 +129,63 @@ func (p *ttftRecorder) Observe(ev *Event) {
 	}
 }
 
-// TestColdWarmTTFT compares the cost model's cold and warm TTFT for a
-// 10k-token prompt with the published Qwen3-32B figures (4.3 s cold vs
-// 0.6 s with a warm prefix, llm-d talks: a 7.2× ratio). The built-in
-// profiles are 8B single-GPU profiles whose only per-request overhead is
-// PrefillFixedSec (30 ms on H100), so a fully warm prompt costs that plus one
-// block: the simulated ratio is far above 7×. The published 0.6 s warm TTFT
-// implies ~0.5 s of overhead outside prefill (request handling, tokenizing
-// 10k tokens, scheduling, a 32B decode step) that no profile models. The test
-// checks the simulator against the profile (what it promises) and logs the
-// published comparison; it does not fit the profile to the talk.
+// TestColdWarmTTFT compares the cost model's cold and warm TTFT with the
+// published Qwen3-32B figures (llm-d talks, quoted e.g. at
+// animesh.cloud/2025/01/14/llm-inference-kv-cache-routing: "a 6,000-token
+// system prompt takes about 4.3 seconds cold; with KV cache, the second
+// request takes 0.6 seconds", a 7.2× ratio, for the GIE preset's request of
+// 6,000 shared + 1,200 question tokens). That ratio is out of reach of any
+// prefill cost model that is monotone in the tokens computed: the warm
+// request still prefills 1,200 of 7,200 tokens, linear work bounds the
+// ratio by 7,200/1,200 = 6, and the attention term (which shrinks less on a
+// warm request: 7,200² − 6,000² of 7,200²) and fixed costs only lower it. So
+// the published warm figure includes something other than prefill (or the
+// two figures come from different conditions), and the test checks that the
+// simulator honours the bound and the profile's own arithmetic instead of
+// fitting a profile to the talk. The issue's "10k-token prompt" variant,
+// fully cached but for one block, is also reported: the built-in profiles'
+// only per-request overhead is PrefillFixedSec (30 ms on H100), so that ratio
+// is far above 7×.
 func TestColdWarmTTFT(t *testing.T) {
 	h := scoring.DefaultHardware()
-	segs := []Segment{{Seed: 42, Tokens: 10000}}
+	const system, question = 6000, 1200
+	shared := Segment{Seed: 42, Tokens: system}
 	reqs := []*Request{
-		NewRequest(0, 0, DefaultModel, "", segs, 1, 1),
-		NewRequest(1, 10*time.Second, DefaultModel, "", segs, 1, 1),
+		NewRequest(0, 0, DefaultModel, "", []Segment{shared, {Seed: 43, Tokens: question}}, 1, 1),
+		NewRequest(1, 10*time.Second, DefaultModel, "", []Segment{shared, {Seed: 45, Tokens: question}}, 1, 1),
 	}
 	ttft := runOne(t, ReplicaConfig{Hardware: h, MaxLoras: -1}, reqs)
 	cold, warm := ttft[0], ttft[1]
-	// Cold: two chunks at the 8192-token budget, each paying the fixed cost.
-	wantCold := h.PrefillSeconds(10000) + h.PrefillFixedSec
-	// Warm: all blocks but the last cached; the last 16 tokens recomputed.
-	wantWarm := h.PrefillFixedSec + 16*h.PrefillSecPerToken + h.PrefillSecPerToken2*(1e8-9984*9984)
+	const n = system + question
+	wantCold := h.PrefillSeconds(n)
+	// The 6,000 shared tokens are 375 whole 16-token blocks, all cached.
+	wantWarm := h.PrefillFixedSec + question*h.PrefillSecPerToken + h.PrefillSecPerToken2*(n*n-system*system)
 	for _, c := range []struct {
 		name      string
 		got, want float64
 	}{{"cold", cold, wantCold}, {"warm", warm, wantWarm}} {
 		if math.Abs(c.got-c.want) > 1e-6 {
-			t.Errorf("%s TTFT(10k tokens) = %.6f s, want %.6f s", c.name, c.got, c.want)
+			t.Errorf("%s TTFT(%d shared + %d new tokens) = %.6f s, want %.6f s", c.name, system, question, c.got, c.want)
 		}
 	}
 	ratio := cold / warm
-	t.Logf("h100 profile: cold %.3f s, warm %.3f s, ratio %.1f× vs published 4.3/0.6 = 7.2× (Qwen3-32B, llm-d talks): "+
-		"not reproduced within 20%%; see the test's doc comment", cold, warm, ratio)
-	if !(ratio > 7.2*1.2) {
-		t.Errorf("ratio %.1f× now within 20%% of the published 7.2×: update the doc comment and report", ratio)
+	if bound := float64(n) / question; !(ratio > 1 && ratio <= bound) {
+		t.Errorf("cold/warm TTFT ratio = %.2f×, want in (1, %.0f×]: a warm request prefills %d of %d tokens", ratio, bound, question, n)
 	}
+	t.Logf("h100 profile, %d shared + %d new tokens: cold %.3f s, warm %.3f s, ratio %.1f× (published 4.3/0.6 = 7.2× for Qwen3-32B, above the %.0f× any prefill model allows)",
+		system, question, cold, warm, ratio, float64(n)/question)
+
+	full := []Segment{{Seed: 44, Tokens: 10000}}
+	ttft = runOne(t, ReplicaConfig{Hardware: h, MaxLoras: -1}, []*Request{
+		NewRequest(0, 0, DefaultModel, "", full, 1, 1),
+		NewRequest(1, 10*time.Second, DefaultModel, "", full, 1, 1),
+	})
+	// Cold: two chunks at the 8192-token budget, each paying the fixed cost.
+	wantCold = h.PrefillSeconds(10000) + h.PrefillFixedSec
+	// Warm: all blocks but the last cached; the last 16 tokens recomputed.
+	wantWarm = h.PrefillFixedSec + 16*h.PrefillSecPerToken + h.PrefillSecPerToken2*(1e8-9984*9984)
+	if math.Abs(ttft[0]-wantCold) > 1e-6 || math.Abs(ttft[1]-wantWarm) > 1e-6 {
+		t.Errorf("TTFT(10k tokens) cold, warm = %.6f, %.6f s; want %.6f, %.6f s", ttft[0], ttft[1], wantCold, wantWarm)
+	}
+	t.Logf("h100 profile, 10k tokens fully cached but the last block: cold %.3f s, warm %.3f s, ratio %.0f×", ttft[0], ttft[1], ttft[0]/ttft[1])
 }
