@@ -158,8 +158,23 @@ func (c *StreamCounter) line(l []byte) {
 		return
 	}
 	c.Events++
-	// Each event is read as far as it is valid JSON: what was counted before
-	// a syntax error stays counted, as the servers never send broken events.
+	if ev, ok := fastEvent(l); ok {
+		c.ContentDeltas += ev.deltas
+		c.Finished = c.Finished || ev.finished
+		if ev.hasUsage {
+			c.HasUsage = true
+			c.UsageCompletionTokens = max(c.UsageCompletionTokens, ev.usageC)
+			c.UsagePromptTokens = max(c.UsagePromptTokens, ev.usageP)
+		}
+		return
+	}
+	c.slowLine(l)
+}
+
+// slowLine reads a data event with the jsonx walk (fastEvent declined it).
+// Each event is read as far as it is valid JSON: what was counted before a
+// syntax error stays counted, as the servers never send broken events.
+func (c *StreamCounter) slowLine(l []byte) {
 	r := &c.rd
 	r.Reset(l)
 	if !r.Object() {
@@ -211,6 +226,8 @@ func (c *StreamCounter) choice(r *jsonx.Reader) {
 						r.Array()
 						if r.Elem() { // any element: a tool-call delta
 							hit = true
+							for r.Elem() { // leave the array: the delta's members go on
+							}
 						}
 					}
 				}

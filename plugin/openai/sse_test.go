@@ -50,6 +50,10 @@ func TestStreamCounter(t *testing.T) {
 			want: sseWant{events: 2}},
 		{name: "oversized event skipped", stream: big + vllmChatStream,
 			want: sseWant{events: 8, deltas: 5, oversized: 1, usageC: 6, usageP: 12, hasUsage: true, finished: true, done: true, tokens: 6}},
+		{name: "tool call then finish", stream: "data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0},{\"index\":1}],\"content\":\"\"},\"finish_reason\":\"tool_calls\"}],\"usage\":{\"completion_tokens\":4}}\n\n",
+			want: sseWant{events: 1, deltas: 1, finished: true, usageC: 4, hasUsage: true, tokens: 4}},
+		{name: "escaped key read by the walk", stream: "data: {\"choi\\u0063es\":[{\"delta\":{\"content\":\"a\"}}]}\n\n",
+			want: sseWant{events: 1, deltas: 1, tokens: 1}},
 		{name: "unterminated last line", stream: "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}",
 			want: sseWant{}},
 	}
@@ -113,5 +117,53 @@ func TestParseUsage(t *testing.T) {
 				t.Errorf("ParseUsage(%q) = %+v, %v, want %+v, %v", tt.body, got, ok, tt.want, tt.ok)
 			}
 		})
+	}
+}
+
+// FuzzSSEFastPath holds fastEvent to the jsonx walk: whenever it accepts an
+// event, its counts are the walk's.
+func FuzzSSEFastPath(f *testing.F) {
+	for _, s := range []string{
+		`{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":" token"},"logprobs":null,"finish_reason":null}]}`,
+		`{"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}`,
+		`{"choices":[{"delta":{"content":"lo \"x\" \u00e9"},"finish_reason":"stop"}],"usage":null}`,
+		`{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{"}}]},"finish_reason":"tool_calls"}]}`,
+		`{"choices":[{"text":"a"},{"text":"","index":1},7,[]],"usage":{"prompt_tokens":12,"total_tokens":18,"completion_tokens":6}}`,
+		`{"usage":{"completion_tokens":-1,"prompt_tokens":1.5e3},"usage":{"completion_tokens":3}}`,
+		` { "choices" : [ { "delta" : { "reasoning" : "r" } } ] } trailing`,
+		`{"choices":[{"delta":{"content":"a"}}],}`,
+		`{"choi\u0063es":[{"delta":{"content":"a"}}]}`,
+		`{"choices":[{"delta":{"content":"a` + "\x01" + `"}}]}`,
+		`{"x":[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]}`,
+		`{"x":-0.5e+7,"y":01,"z":nul}`,
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, event string) {
+		ev, ok := fastEvent([]byte(event))
+		if !ok {
+			return
+		}
+		var slow StreamCounter
+		slow.slowLine([]byte(event))
+		got := sseWant{deltas: ev.deltas, finished: ev.finished, hasUsage: ev.hasUsage, usageC: ev.usageC, usageP: ev.usageP}
+		want := sseWant{deltas: slow.ContentDeltas, finished: slow.Finished, hasUsage: slow.HasUsage,
+			usageC: slow.UsageCompletionTokens, usageP: slow.UsagePromptTokens}
+		if got != want {
+			t.Fatalf("fastEvent(%q) = %+v, want %+v (jsonx walk)", event, got, want)
+		}
+	})
+}
+
+// TestFastEventTakes checks that the events servers send take the fast path.
+func TestFastEventTakes(t *testing.T) {
+	for _, line := range strings.Split(vllmChatStream, "\n") {
+		event, ok := strings.CutPrefix(line, "data: ")
+		if !ok || event == "[DONE]" {
+			continue
+		}
+		if _, ok := fastEvent([]byte(event)); !ok {
+			t.Errorf("fastEvent(%q) declined a server's event", event)
+		}
 	}
 }

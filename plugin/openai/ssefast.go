@@ -1,0 +1,504 @@
+package openai
+
+import (
+	"math/bits"
+
+	"github.com/gpuroute/gpuroute/plugin/jsonx"
+)
+
+// The fast event reader. Under wazero the jsonx.Reader walk of one streamed
+// event (about 150 bytes: a Member and a Value call per field, each with its
+// state checks) cost ~2.6 µs of the ~3 µs StreamCounter.Write spent per
+// chunk. fastEvent reads the same grammar with index arithmetic and no
+// per-token calls, for events that are well-formed and plain: no escapes in
+// keys, nesting at most fastMaxDepth. On anything else (a syntax error
+// included) it gives up before counting anything and line falls back to the
+// jsonx walk, so the counts are the jsonx walk's on every input
+// (FuzzSSEFastPath holds the two to that).
+
+// fastMaxDepth bounds the nesting fastEvent follows; deeper events go to the
+// jsonx walk, which alone knows its MaxDepth rule.
+const fastMaxDepth = 16
+
+// SWAR constants: lsb*c repeats byte c in every lane of a uint64.
+const (
+	lsb = 0x0101010101010101
+	msb = 0x8080808080808080
+)
+
+// eventCounts is what one event adds to a StreamCounter.
+type eventCounts struct {
+	deltas   int
+	finished bool
+	hasUsage bool
+	usageC   int64 // largest completion_tokens of the event's usage objects
+	usageP   int64
+}
+
+// fastEvent reads the data event d. ok is false when d is not a plain,
+// well-formed event (then nothing may be concluded from ev).
+func fastEvent(d []byte) (ev eventCounts, ok bool) {
+	i := skipWS(d, 0)
+	if i >= len(d) || d[i] != '{' {
+		return ev, false
+	}
+	i = skipWS(d, i+1)
+	if i < len(d) && d[i] == '}' {
+		return ev, true
+	}
+	for {
+		key, v := fastKey(d, i)
+		if v < 0 {
+			return ev, false
+		}
+		i = v
+		switch string(key) {
+		case FieldChoices:
+			if d[i] == '[' {
+				i = skipWS(d, i+1)
+				if i < len(d) && d[i] == ']' {
+					i++
+					break
+				}
+				for {
+					if i >= len(d) {
+						return ev, false
+					}
+					if d[i] == '{' {
+						var hit, fin bool
+						if i, hit, fin = fastChoice(d, i); i < 0 {
+							return ev, false
+						}
+						if hit {
+							ev.deltas++
+						}
+						ev.finished = ev.finished || fin
+					} else if i = skipValue(d, i, 2); i < 0 {
+						return ev, false
+					}
+					if i = skipWS(d, i); i >= len(d) {
+						return ev, false
+					}
+					if d[i] == ']' {
+						i++
+						break
+					}
+					if d[i] != ',' {
+						return ev, false
+					}
+					i = skipWS(d, i+1)
+				}
+			} else if i = skipValue(d, i, 1); i < 0 {
+				return ev, false
+			}
+		case FieldUsage:
+			if d[i] == '{' {
+				var u Usage
+				var got bool
+				if i, u, got = fastUsage(d, i); i < 0 {
+					return ev, false
+				}
+				if got {
+					ev.hasUsage = true
+					ev.usageC = max(ev.usageC, u.CompletionTokens)
+					ev.usageP = max(ev.usageP, u.PromptTokens)
+				}
+			} else if i = skipValue(d, i, 1); i < 0 {
+				return ev, false
+			}
+		default:
+			if i = skipValue(d, i, 1); i < 0 {
+				return ev, false
+			}
+		}
+		if i = skipWS(d, i); i >= len(d) {
+			return ev, false
+		}
+		switch d[i] {
+		case '}':
+			return ev, true // what follows the object is not read, as in the jsonx walk
+		case ',':
+			i = skipWS(d, i+1)
+		default:
+			return ev, false
+		}
+	}
+}
+
+// fastKey reads a member's key at d[i] and the ':' after it: the key's
+// raw contents and the offset of the value, which is not past the end. It
+// gives up (v < 0) on a key with an escape: jsonx decodes those, and no
+// server sends them.
+func fastKey(d []byte, i int) (key []byte, v int) {
+	if i >= len(d) || d[i] != '"' {
+		return nil, -1
+	}
+	q, esc := stringEnd(d, i+1)
+	if q < 0 || esc {
+		return nil, -1
+	}
+	j := q + 1
+	if j < len(d) && d[j] != ':' {
+		j = skipWS(d, j)
+	}
+	if j >= len(d) || d[j] != ':' {
+		return nil, -1
+	}
+	if j = skipWS(d, j+1); j >= len(d) {
+		return nil, -1
+	}
+	return d[i+1 : q], j
+}
+
+// fastChoice reads the choice object at d[i]: the offset after it, whether
+// it carried generated text, and whether it had a non-null finish_reason.
+func fastChoice(d []byte, i int) (end int, hit, finished bool) {
+	i = skipWS(d, i+1)
+	if i < len(d) && d[i] == '}' {
+		return i + 1, false, false
+	}
+	for {
+		key, v := fastKey(d, i)
+		if v < 0 {
+			return -1, false, false
+		}
+		i = v
+		switch string(key) {
+		case FieldDelta:
+			if d[i] != '{' {
+				if i = skipValue(d, i, 3); i < 0 {
+					return -1, false, false
+				}
+				break
+			}
+			i = skipWS(d, i+1)
+			if i < len(d) && d[i] == '}' {
+				i++
+				break
+			}
+			for {
+				key, v := fastKey(d, i)
+				if v < 0 {
+					return -1, false, false
+				}
+				i = v
+				switch string(key) {
+				case FieldContent, FieldReasoning, FieldReasoning2:
+					if d[i] == '"' {
+						q, _ := stringEnd(d, i+1)
+						if q < 0 {
+							return -1, false, false
+						}
+						hit = hit || q > i+1
+						i = q + 1
+					} else if i = skipValue(d, i, 4); i < 0 {
+						return -1, false, false
+					}
+				case FieldToolCalls:
+					if d[i] == '[' {
+						if j := skipWS(d, i+1); j < len(d) && d[j] != ']' {
+							hit = true // any element: a tool-call delta
+						}
+					}
+					if i = skipValue(d, i, 4); i < 0 {
+						return -1, false, false
+					}
+				default:
+					if i = skipValue(d, i, 4); i < 0 {
+						return -1, false, false
+					}
+				}
+				if i = skipWS(d, i); i >= len(d) {
+					return -1, false, false
+				}
+				if d[i] == '}' {
+					i++
+					break
+				}
+				if d[i] != ',' {
+					return -1, false, false
+				}
+				i = skipWS(d, i+1)
+			}
+		case FieldText:
+			if d[i] == '"' {
+				q, _ := stringEnd(d, i+1)
+				if q < 0 {
+					return -1, false, false
+				}
+				hit = hit || q > i+1
+				i = q + 1
+			} else if i = skipValue(d, i, 3); i < 0 {
+				return -1, false, false
+			}
+		case FieldFinish:
+			if d[i] != 'n' { // a valid value starting with 'n' is null
+				finished = true
+			}
+			if i = skipValue(d, i, 3); i < 0 {
+				return -1, false, false
+			}
+		default:
+			if i = skipValue(d, i, 3); i < 0 {
+				return -1, false, false
+			}
+		}
+		if i = skipWS(d, i); i >= len(d) {
+			return -1, false, false
+		}
+		if d[i] == '}' {
+			return i + 1, hit, finished
+		}
+		if d[i] != ',' {
+			return -1, false, false
+		}
+		i = skipWS(d, i+1)
+	}
+}
+
+// fastUsage reads the usage object at d[i] as usageObject does.
+func fastUsage(d []byte, i int) (end int, u Usage, ok bool) {
+	i = skipWS(d, i+1)
+	if i < len(d) && d[i] == '}' {
+		return i + 1, u, false
+	}
+	for {
+		key, v := fastKey(d, i)
+		if v < 0 {
+			return -1, Usage{}, false
+		}
+		i = v
+		start := i
+		if i = skipValue(d, i, 2); i < 0 {
+			return -1, Usage{}, false
+		}
+		if c := d[start]; c == '-' || c >= '0' && c <= '9' {
+			if n, good := jsonx.ParseInt(d[start:i]); good && n >= 0 {
+				switch string(key) {
+				case FieldCompleteTok:
+					u.CompletionTokens, ok = n, true
+				case FieldPromptTok:
+					u.PromptTokens = n
+				}
+			}
+		}
+		if i = skipWS(d, i); i >= len(d) {
+			return -1, Usage{}, false
+		}
+		if d[i] == '}' {
+			return i + 1, u, ok
+		}
+		if d[i] != ',' {
+			return -1, Usage{}, false
+		}
+		i = skipWS(d, i+1)
+	}
+}
+
+// skipWS skips RFC 8259 whitespace from d[i].
+func skipWS(d []byte, i int) int {
+	for i < len(d) {
+		if c := d[i]; c != ' ' && c != '\n' && c != '\r' && c != '\t' {
+			break
+		}
+		i++
+	}
+	return i
+}
+
+// skipValue validates the value at d[i], nested depth containers deep, and
+// returns the offset after it, or -1 (invalid, cut, or deeper than
+// fastMaxDepth).
+func skipValue(d []byte, i, depth int) int {
+	if i >= len(d) {
+		return -1
+	}
+	switch c := d[i]; {
+	case c == '"':
+		q, _ := stringEnd(d, i+1)
+		if q < 0 {
+			return -1
+		}
+		return q + 1
+	case c == '{' || c == '[':
+		return skipNested(d, i, depth)
+	case c == 't':
+		return literal(d, i, "true")
+	case c == 'f':
+		return literal(d, i, "false")
+	case c == 'n':
+		return literal(d, i, "null")
+	case c == '-' || c >= '0' && c <= '9':
+		return number(d, i)
+	}
+	return -1
+}
+
+// skipNested validates the object or array at d[i].
+func skipNested(d []byte, i, depth int) int {
+	if depth >= fastMaxDepth {
+		return -1
+	}
+	obj := d[i] == '{'
+	closer := byte(']')
+	if obj {
+		closer = '}'
+	}
+	i = skipWS(d, i+1)
+	if i < len(d) && d[i] == closer {
+		return i + 1
+	}
+	for {
+		if obj {
+			if i >= len(d) || d[i] != '"' {
+				return -1
+			}
+			q, _ := stringEnd(d, i+1)
+			if q < 0 {
+				return -1
+			}
+			if i = skipWS(d, q+1); i >= len(d) || d[i] != ':' {
+				return -1
+			}
+			i = skipWS(d, i+1)
+		}
+		if i = skipValue(d, i, depth+1); i < 0 {
+			return -1
+		}
+		if i = skipWS(d, i); i >= len(d) {
+			return -1
+		}
+		if d[i] == closer {
+			return i + 1
+		}
+		if d[i] != ',' {
+			return -1
+		}
+		i = skipWS(d, i+1)
+	}
+}
+
+// literal matches word at d[i].
+func literal(d []byte, i int, word string) int {
+	if len(d)-i < len(word) || string(d[i:i+len(word)]) != word {
+		return -1
+	}
+	return i + len(word)
+}
+
+// number matches -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? at d[i]
+// (RFC 8259 §6) and returns the offset after it, or -1.
+func number(d []byte, i int) int {
+	n := len(d)
+	if d[i] == '-' {
+		i++
+	}
+	switch {
+	case i >= n:
+		return -1
+	case d[i] == '0':
+		i++
+	case d[i] >= '1' && d[i] <= '9':
+		i = digits(d, i+1)
+	default:
+		return -1
+	}
+	if i < n && d[i] == '.' {
+		j := digits(d, i+1)
+		if j == i+1 {
+			return -1
+		}
+		i = j
+	}
+	if i < n && (d[i] == 'e' || d[i] == 'E') {
+		i++
+		if i < n && (d[i] == '+' || d[i] == '-') {
+			i++
+		}
+		j := digits(d, i)
+		if j == i {
+			return -1
+		}
+		i = j
+	}
+	return i
+}
+
+func digits(d []byte, i int) int {
+	for i < len(d) && d[i] >= '0' && d[i] <= '9' {
+		i++
+	}
+	return i
+}
+
+// stringEnd validates string contents from d[i] (after the opening quote)
+// by RFC 8259 §7: it returns the offset of the closing quote and whether
+// an escape was seen, or -1 for a control byte, a bad escape or a missing
+// quote. Plain runs are skipped 8 bytes at a time.
+func stringEnd(d []byte, i int) (int, bool) {
+	esc := false
+	for {
+		for i+8 <= len(d) {
+			m := special(load64(d, i)) & msb
+			if m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				break
+			}
+			i += 8
+		}
+		for i < len(d) {
+			if c := d[i]; c == '"' || c == '\\' || c < 0x20 {
+				break
+			}
+			i++
+		}
+		if i >= len(d) {
+			return -1, esc
+		}
+		switch d[i] {
+		case '"':
+			return i, esc
+		case '\\':
+			esc = true
+			if i+1 >= len(d) {
+				return -1, esc
+			}
+			switch d[i+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				i += 2
+			case 'u':
+				if i+6 > len(d) || !isHex(d[i+2]) || !isHex(d[i+3]) || !isHex(d[i+4]) || !isHex(d[i+5]) {
+					return -1, esc
+				}
+				i += 6
+			default:
+				return -1, esc
+			}
+		default:
+			return -1, esc // a control byte
+		}
+	}
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
+
+// load64 reads d[i:i+8] little-endian; the re-slice makes it one bounds
+// check and one load on wasm (as jsonx's).
+func load64(d []byte, i int) uint64 {
+	b := d[i : i+8]
+	return uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
+		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
+}
+
+// special sets the high bit of each lane of x holding '"', '\\' or a byte
+// below 0x20; only the lowest set bit is exact (a borrow can mark lanes
+// above a hit). x^0x02 turns '"' into 0x20 and keeps control bytes below
+// 0x20, so one "below 0x21" test finds both (Hacker's Delight §6-1); the
+// other is "x^'\\' has a zero lane".
+func special(x uint64) uint64 {
+	y := x ^ (lsb * 0x02)
+	s := x ^ (lsb * '\\')
+	return ((y - lsb*0x21) &^ y) | ((s - lsb) &^ s)
+}
