@@ -466,3 +466,23 @@ func TestWorkersShareAdapterPlacements(t *testing.T) {
 		}
 	}
 }
+
+// TestIdleWorkersLeaveIndexAlone: once dispatches stop, no worker rewrites
+// the shared prefix index (each rewrite makes every other worker decode the
+// whole index on its next tick: 1.1 ms per tick at 64 replicas).
+func TestIdleWorkersLeaveIndexAlone(t *testing.T) {
+	f := newTestFleet(t, 4, 4, "")
+	f.advance(200 * time.Millisecond)
+	for i := range 8 {
+		f.route(i%4, strings.Repeat("shared system prompt. ", 40)+strconv.Itoa(i))
+	}
+	f.advance(300 * time.Millisecond) // every worker merges its dispatches
+	_, before, ok := f.h.SharedData(testVMID, keyPrefix)
+	if !ok {
+		t.Fatal("no shared prefix index after 8 dispatches")
+	}
+	f.advance(time.Second)
+	if _, after, _ := f.h.SharedData(testVMID, keyPrefix); after != before {
+		t.Errorf("shared prefix index CAS went %d -> %d over 10 idle ticks, want it untouched", before, after)
+	}
+}

@@ -347,7 +347,10 @@ func (r *root) mergePrefixes(now int64) {
 				r.index.Clear()
 			}
 		}
-		if r.outbox.Len() == 0 && (r.importBox == nil || r.importBox.Len() == 0) && cas == r.prefixCAS {
+		if r.outbox.Len() == 0 && (r.importBox == nil || r.importBox.Len() == 0) {
+			// Nothing to add: writing the index back would only bump its
+			// CAS and make every other worker decode it again.
+			r.prefixCAS = cas
 			return
 		}
 		r.outbox.Each(r.recordPrefix)
