@@ -99,3 +99,22 @@ func BenchmarkOutboxPushDrain(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkBoardUpdatePatch64 is a peer's per-request republish as the
+// reader takes it (compare BenchmarkWorkRecordDecode64, the whole decode).
+func BenchmarkBoardUpdatePatch64(b *testing.B) {
+	w := testRecord(2, 1, 1, 64)
+	w.NextPublish()
+	buf, _ := w.AppendBinary(nil)
+	var board Board
+	board.ConfigID = 1
+	cas := uint32(1)
+	_ = board.Update(2, cas, buf)
+	b.ReportAllocs()
+	for b.Loop() {
+		w.WrittenNanos++
+		w.PutEntry(buf, int(w.WrittenNanos%64))
+		cas++
+		_ = board.Update(2, cas, buf)
+	}
+}

@@ -56,25 +56,46 @@ type WorkRecord struct {
 	WrittenNanos int64  // writer's clock at publish; old records expire
 	ConfigID     uint64 // ConfigIDOf the writer's replica list
 	Work         []scoring.Work
+	// Seq counts the writer's publishes (NextPublish and PutEntry each
+	// add one). Patches lists the entries the publishes since the last
+	// whole encoding rewrote, oldest first, the last MaxPatches of them:
+	// a reader holding publish Seq−k with k ≤ len(Patches) decodes those
+	// k entries instead of all (Board.Update). Workers read each other's
+	// records on every decision and publish up to three times per request
+	// (dispatch, first token, end), so one patch would rarely be enough.
+	Seq     uint32
+	Patches []uint16
 
 	spare []scoring.Work // Decode's second buffer
 }
 
 // WorkRecord encoding: "GRWK" version u8, worker u64, written i64,
-// configID u64, count u16, then per replica six i64 in scoring.Work field
-// order (QueuedN, QueuedTokens, DecodeN, DecodeTokens, UnseenN,
-// UnseenTokens), each >= 0, and ArrivalPerSec as float64 bits (finite,
-// >= 0).
+// configID u64, seq u32, patch u16 (0, or 1 + the patched entry < count), count u16, then
+// per replica six i64 in scoring.Work field order (QueuedN, QueuedTokens,
+// DecodeN, DecodeTokens, UnseenN, UnseenTokens), each >= 0, and
+// ArrivalPerSec as float64 bits (finite, >= 0).
 const (
-	workHeaderLen = headerLen + 8 + 8 + 8 + 2
+	workSeqOff    = headerLen + 8 + 8 + 8
+	workHeaderLen = workSeqOff + 4 + 1 + 2*MaxPatches + 2
 	workEntryLen  = 7 * 8
 )
 
 // EncodedLen returns the length of w's encoding.
 func (w *WorkRecord) EncodedLen() int { return workHeaderLen + workEntryLen*len(w.Work) }
 
+// MaxPatches bounds WorkRecord.Patches.
+const MaxPatches = 8
+
+// NextPublish marks w's next whole encoding as a new publish (Seq+1, no
+// patches); call it before AppendBinary when publishing.
+func (w *WorkRecord) NextPublish() {
+	w.Seq++
+	w.Patches = w.Patches[:0]
+}
+
 // AppendBinary appends w's versioned encoding to b; it fails, returning b,
-// when Work is longer than MaxReplicas or holds a negative figure.
+// when Work is longer than MaxReplicas, Patches is longer than MaxPatches or
+// names no entry, or Work holds a negative figure.
 func (w *WorkRecord) AppendBinary(b []byte) ([]byte, error) {
 	if len(w.Work) > MaxReplicas {
 		return b, fail(ErrInvalid, "work replica count", int64(len(w.Work)), "exceeds "+strconv.Itoa(MaxReplicas))
@@ -84,10 +105,27 @@ func (w *WorkRecord) AppendBinary(b []byte) ([]byte, error) {
 			return b, err
 		}
 	}
+	if len(w.Patches) > MaxPatches {
+		return b, fail(ErrInvalid, "work patch count", int64(len(w.Patches)), "exceeds "+strconv.Itoa(MaxPatches))
+	}
+	for _, e := range w.Patches {
+		if int(e) >= len(w.Work) {
+			return b, fail(ErrInvalid, "work patched entry", int64(e), "must be below the replica count "+strconv.Itoa(len(w.Work)))
+		}
+	}
 	b = appendHeader(b, magicWork)
 	b = appendU64(b, w.Worker)
 	b = appendU64(b, uint64(w.WrittenNanos))
 	b = appendU64(b, w.ConfigID)
+	b = appendU32(b, w.Seq)
+	b = append(b, byte(len(w.Patches)))
+	for k := range MaxPatches {
+		e := uint16(0)
+		if k < len(w.Patches) {
+			e = w.Patches[k]
+		}
+		b = appendU16(b, e)
+	}
 	b = appendU16(b, uint16(len(w.Work)))
 	for i := range w.Work {
 		b = appendWork(b, &w.Work[i])
@@ -121,10 +159,12 @@ func readWork(x *scoring.Work, e []byte) error {
 }
 
 // PutEntry rewrites, in buf (an encoding of w made by AppendBinary), entry
-// i and the WrittenNanos field with w's current values, so a worker that
-// changed one replica's work republishes without re-encoding the rest. It
-// reports false, leaving buf alone, when buf does not have w's shape or the
-// entry is invalid; the caller then encodes anew.
+// i and the WrittenNanos field with w's current values as w's next publish
+// (Seq+1, i appended to Patches), so a worker that changed one replica's work
+// republishes without re-encoding the rest and its readers decode only
+// that entry. It reports false, leaving buf and w alone, when buf does not
+// have w's shape or the entry is invalid; the
+// caller then encodes anew.
 func (w *WorkRecord) PutEntry(buf []byte, i int) bool {
 	if len(buf) != w.EncodedLen() || i < 0 || i >= len(w.Work) || string(buf[:4]) != magicWork {
 		return false
@@ -133,7 +173,18 @@ func (w *WorkRecord) PutEntry(buf []byte, i int) bool {
 	if checkWork(x) != nil {
 		return false
 	}
+	w.Seq++
+	if len(w.Patches) == MaxPatches {
+		w.Patches = append(w.Patches[:0], w.Patches[1:]...)
+	}
+	w.Patches = append(w.Patches, uint16(i))
 	putLE64(buf[headerLen+8:], uint64(w.WrittenNanos))
+	putLE32(buf[workSeqOff:], w.Seq)
+	h := buf[workSeqOff+4:]
+	h[0] = byte(len(w.Patches))
+	for k, e := range w.Patches {
+		h[1+2*k], h[2+2*k] = byte(e), byte(e>>8)
+	}
 	e := buf[workHeaderLen+i*workEntryLen:]
 	for k, v := range [...]uint64{uint64(x.QueuedN), uint64(x.QueuedTokens), uint64(x.DecodeN),
 		uint64(x.DecodeTokens), uint64(x.UnseenN), uint64(x.UnseenTokens), math.Float64bits(x.ArrivalPerSec)} {
@@ -168,12 +219,17 @@ func (w *WorkRecord) Decode(b []byte) error {
 		return err
 	}
 	worker, written, cfg := r.u64(), int64(r.u64()), r.u64()
+	seq := r.u32()
+	patches := r.take(1 + 2*MaxPatches)
 	n := int(r.u16())
 	if r.short {
 		return r.shortErr("work header")
 	}
 	if n > MaxReplicas {
 		return fail(ErrInvalid, "work replica count", int64(n), "exceeds "+strconv.Itoa(MaxReplicas))
+	}
+	if err := checkPatches(patches, n); err != nil {
+		return err
 	}
 	if r.left() != n*workEntryLen {
 		if r.left() < n*workEntryLen {
@@ -199,8 +255,73 @@ func (w *WorkRecord) Decode(b []byte) error {
 		}
 	}
 	w.Worker, w.WrittenNanos, w.ConfigID = worker, written, cfg
+	w.Seq = seq
+	w.Patches = readPatches(w.Patches[:0], patches)
 	w.Work, w.spare = spare, w.Work
 	return nil
+}
+
+// checkPatches validates the patch list of a record of n entries: a count
+// up to MaxPatches, listed entries below n, unused slots zero (canonical).
+func checkPatches(p []byte, n int) error {
+	k := int(p[0])
+	if k > MaxPatches {
+		return fail(ErrInvalid, "work patch count", int64(k), "exceeds "+strconv.Itoa(MaxPatches))
+	}
+	for j := range MaxPatches {
+		e := int(p[1+2*j]) | int(p[2+2*j])<<8
+		if j < k && e >= n {
+			return fail(ErrInvalid, "work patched entry", int64(e), "must be below the replica count "+strconv.Itoa(n))
+		}
+		if j >= k && e != 0 {
+			return fail(ErrInvalid, "work unused patch slot", int64(e), "must be 0")
+		}
+	}
+	return nil
+}
+
+func readPatches(dst []uint16, p []byte) []uint16 {
+	for j := range int(p[0]) {
+		dst = append(dst, uint16(p[1+2*j])|uint16(p[2+2*j])<<8)
+	}
+	return dst
+}
+
+// applyPatches updates w from b when b is a later publish of the same
+// writer that differs from w only by PutEntry rewrites it lists (same
+// worker, configuration and shape; the publishes since w's Seq all among
+// b's patches): it reads those entries and WrittenNanos only. It reports
+// false, leaving w alone, when b is anything else or an entry it would read
+// is invalid (the caller then decodes b whole).
+func (w *WorkRecord) applyPatches(b []byte) bool {
+	n := len(w.Work)
+	if len(b) != workHeaderLen+n*workEntryLen || string(b[:4]) != magicWork || b[4] != Version {
+		return false
+	}
+	r := reader{b: b[:workHeaderLen], off: headerLen}
+	worker, written, cfg := r.u64(), int64(r.u64()), r.u64()
+	seq := r.u32()
+	patches := r.take(1 + 2*MaxPatches)
+	count := int(r.u16())
+	missed := seq - w.Seq // publishes since the one w holds
+	if r.short || missed == 0 || missed > uint32(patches[0]) || count != n || worker != w.Worker || cfg != w.ConfigID ||
+		checkPatches(patches, n) != nil {
+		return false
+	}
+	k := int(patches[0])
+	var x [MaxPatches]scoring.Work
+	for j := k - int(missed); j < k; j++ {
+		i := int(patches[1+2*j]) | int(patches[2+2*j])<<8
+		if readWork(&x[j], b[workHeaderLen+i*workEntryLen:]) != nil {
+			return false
+		}
+	}
+	for j := k - int(missed); j < k; j++ {
+		w.Work[int(patches[1+2*j])|int(patches[2+2*j])<<8] = x[j]
+	}
+	w.WrittenNanos, w.Seq = written, seq
+	w.Patches = readPatches(w.Patches[:0], patches)
+	return true
 }
 
 // Board holds the latest decoded WorkRecord of each peer worker. Per tick, for
@@ -266,7 +387,7 @@ func (b *Board) Update(worker uint64, cas uint32, value []byte) error {
 			err = &codecError{msg: "fleet: work record worker " + strconv.FormatUint(id, 16) + ": read under the key of worker " + strconv.FormatUint(worker, 16), kind: ErrInvalid}
 		}
 	}
-	if err == nil {
+	if err == nil && (added || !p.rec.applyPatches(value)) {
 		err = p.rec.Decode(value) // leaves p.rec unchanged on error
 	}
 	if err != nil {

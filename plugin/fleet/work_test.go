@@ -3,6 +3,7 @@ package fleet
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/gpuroute/gpuroute/scoring"
@@ -283,5 +284,163 @@ func TestWorkRecordPutEntry(t *testing.T) {
 	w.Work[2].QueuedN = -1
 	if w.PutEntry(buf, 2) {
 		t.Error("PutEntry accepted a negative figure")
+	}
+}
+
+// TestBoardAppliesPatches: a reader that holds a worker's previous publish
+// takes a PutEntry publish by decoding one entry, ends with exactly what a
+// whole decode gives, and falls back to a whole decode whenever it missed a
+// publish or the record is not a patch of what it holds.
+func TestBoardAppliesPatches(t *testing.T) {
+	w := testRecord(3, 10, 7, 8)
+	w.NextPublish()
+	buf, err := w.AppendBinary(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b Board
+	b.ConfigID = 7
+	if err := b.Update(3, 1, buf); err != nil {
+		t.Fatal(err)
+	}
+	publish := func(i int, queued int64, written int64) {
+		t.Helper()
+		w.WrittenNanos = written
+		w.Work[i].QueuedN = queued
+		if !w.PutEntry(buf, i) {
+			t.Fatalf("PutEntry(%d) = false", i)
+		}
+	}
+	check := func(step string, wantPatch bool) {
+		t.Helper()
+		var whole WorkRecord
+		if err := whole.Decode(buf); err != nil {
+			t.Fatal(err)
+		}
+		got := b.Record(3)
+		if !recEqual(got, &whole) || got.Seq != whole.Seq || !slices.Equal(got.Patches, whole.Patches) {
+			t.Fatalf("%s: board holds %+v, want the whole decode %+v", step, got, &whole)
+		}
+		if isPatch := len(whole.Patches) > 0; isPatch != wantPatch {
+			t.Fatalf("%s: publish has patches %v, want patches %v", step, whole.Patches, wantPatch)
+		}
+	}
+	cas := uint32(1)
+	update := func() {
+		t.Helper()
+		cas++
+		if err := b.Update(3, cas, buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish(5, 40, 20)
+	update()
+	check("one patch", true)
+	publish(2, 41, 30)
+	update()
+	check("next patch", true)
+	publish(1, 42, 40)
+	publish(6, 43, 50) // the reader takes two publishes at once
+	update()
+	check("two publishes", true)
+	for i := range MaxPatches + 1 { // more than the list holds: a whole decode
+		publish(i%8, 50+int64(i), 60+int64(i))
+	}
+	update()
+	check("more publishes than patches listed", true)
+	w.Work[0].DecodeN = 99
+	w.NextPublish()
+	if buf, err = w.AppendBinary(buf[:0]); err != nil {
+		t.Fatal(err)
+	}
+	update()
+	check("whole publish", false)
+	// A corrupt patch (negative figure) is refused and the board keeps
+	// what it had.
+	before := *b.Record(3)
+	before.Work = append([]scoring.Work(nil), before.Work...)
+	publish(4, 44, 60)
+	putLE64(buf[workHeaderLen+4*workEntryLen:], ^uint64(0))
+	cas++
+	if err := b.Update(3, cas, buf); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("Update(corrupt patch) error = %v, want ErrInvalid", err)
+	}
+	if got := b.Record(3); !recEqual(got, &before) {
+		t.Errorf("after a refused patch the board holds %+v, want %+v", got, &before)
+	}
+}
+
+// TestBoardPatchAllocs: taking a patch allocates nothing.
+func TestBoardPatchAllocs(t *testing.T) {
+	w := testRecord(2, 1, 1, 64)
+	w.NextPublish()
+	buf, _ := w.AppendBinary(nil)
+	var b Board
+	b.ConfigID = 1
+	cas := uint32(1)
+	_ = b.Update(2, cas, buf)
+	allocs := testing.AllocsPerRun(100, func() {
+		w.WrittenNanos++
+		w.PutEntry(buf, int(w.WrittenNanos%64))
+		cas++
+		if err := b.Update(2, cas, buf); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("Board.Update of a patch: %v allocs, want 0", allocs)
+	}
+}
+
+// TestApplyPatchesTakes: the patch path is taken exactly when the reader's
+// publish is within the listed patches.
+func TestApplyPatchesTakes(t *testing.T) {
+	tests := []struct {
+		name    string
+		publish func(w *WorkRecord, buf []byte) []byte
+		want    bool
+	}{
+		{"one patch", func(w *WorkRecord, buf []byte) []byte { w.PutEntry(buf, 3); return buf }, true},
+		{"max patches", func(w *WorkRecord, buf []byte) []byte {
+			for i := range MaxPatches {
+				w.PutEntry(buf, i)
+			}
+			return buf
+		}, true},
+		{"one too many", func(w *WorkRecord, buf []byte) []byte {
+			for i := range MaxPatches + 1 {
+				w.PutEntry(buf, i%8)
+			}
+			return buf
+		}, false},
+		{"whole publish", func(w *WorkRecord, buf []byte) []byte {
+			w.NextPublish()
+			b, _ := w.AppendBinary(buf[:0])
+			return b
+		}, false},
+		{"no publish", func(w *WorkRecord, buf []byte) []byte { return buf }, false},
+		{"other worker", func(w *WorkRecord, buf []byte) []byte {
+			w.PutEntry(buf, 3)
+			buf[headerLen] ^= 1
+			return buf
+		}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := testRecord(3, 10, 7, 8)
+			w.NextPublish()
+			buf, _ := w.AppendBinary(nil)
+			var held WorkRecord
+			if err := held.Decode(buf); err != nil {
+				t.Fatal(err)
+			}
+			for i := range w.Work {
+				w.Work[i].QueuedN += 5
+			}
+			buf = tt.publish(w, buf)
+			if got := held.applyPatches(buf); got != tt.want {
+				t.Errorf("applyPatches after %s = %v, want %v", tt.name, got, tt.want)
+			}
+		})
 	}
 }

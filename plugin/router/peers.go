@@ -319,6 +319,7 @@ func (r *root) publishRemoteWork(now int64) {
 		}
 	}
 	r.remote.Worker, r.remote.WrittenNanos = r.worker, now
+	r.remote.NextPublish()
 	buf, err := r.remote.AppendBinary(r.scratch[:0])
 	if err != nil {
 		return

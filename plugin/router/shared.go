@@ -285,6 +285,7 @@ func (r *root) publishWorkOn(replica int, now int64) {
 // no contention, so no CAS.
 func (r *root) writeWork(now int64) {
 	r.record.WrittenNanos = now
+	r.record.NextPublish()
 	if buf, err := r.record.AppendBinary(r.workBuf[:0]); err == nil {
 		r.workBuf = buf
 		_ = proxy.SetSharedData(r.workerKey, buf, 0)
