@@ -22,8 +22,10 @@ import (
 //
 // Bounds: each replica holds at most its KV capacity in checkpoints (set
 // with SetCapacityTokens), and the whole table at most its entry budget;
-// beyond either, the least recently recorded entries go (in batches of
-// about a quarter of the entries, so eviction is amortized O(1)).
+// beyond either, the least recently recorded entries go in batches, so
+// eviction is amortized O(1): a thirty-second of the replica's entries (its
+// engine evicts block by block, and a bigger batch forgets prefixes the
+// engine still holds), a quarter of the table's.
 //
 // Not safe for concurrent use. The zero value is not ready; use
 // NewPrefixIndex or UnmarshalBinary.
@@ -288,8 +290,9 @@ func (x *PrefixIndex) insert(e indexEntry) {
 	x.count[r]++
 }
 
-// evict removes about the oldest quarter (by count) of replica's entries, or
-// of all entries when replica < 0, at least one: a 64-bucket histogram of
+// evict removes about the oldest 1/replicaEvictShare (by count) of
+// replica's entries, or a quarter of all entries when replica < 0, at least
+// one: a 64-bucket histogram of
 // ages finds the cut in three passes (over the replica's list, or over the
 // table), so eviction is amortized O(1) per insert. Ages are clock −
 // stamp, so clock wrap-around is harmless.
@@ -314,7 +317,7 @@ func (x *PrefixIndex) evict(replica int) {
 	if n == 0 {
 		return
 	}
-	cut, shift := ageCut(x.slots, live, x.clock, n, newest, oldest)
+	cut, shift := ageCut(x.slots, live, x.clock, n/4, newest, oldest)
 	for i := range x.slots {
 		if e := &x.slots[i]; live(e) && (x.clock-e.stamp-newest)>>shift >= cut {
 			x.unlist(int32(i))
@@ -344,7 +347,7 @@ func (x *PrefixIndex) evictReplica(replica int) {
 	for _, i := range l {
 		hist[(x.clock-x.slots[i].stamp-newest)>>shift]++
 	}
-	cut := cutBucket(&hist, len(l))
+	cut := cutBucket(&hist, len(l)/replicaEvictShare)
 	// Backwards, so that unlist's swap brings in an entry already seen.
 	for j := len(l) - 1; j >= 0; j-- {
 		i := x.lists[replica][j]
@@ -358,10 +361,10 @@ func (x *PrefixIndex) evictReplica(replica int) {
 	}
 }
 
-// ageCut returns evict's bucket cut and shift for the n live entries of
-// slots with ages in [newest, oldest]: a 64-bucket histogram of ages
-// (power-of-two buckets: a shift, not a division, per entry).
-func ageCut(slots []indexEntry, live func(*indexEntry) bool, clock uint32, n int, newest, oldest uint32) (uint32, uint) {
+// ageCut returns evict's bucket cut and shift to remove target of the live
+// entries of slots with ages in [newest, oldest]: a 64-bucket histogram of
+// ages (power-of-two buckets: a shift, not a division, per entry).
+func ageCut(slots []indexEntry, live func(*indexEntry) bool, clock uint32, target int, newest, oldest uint32) (uint32, uint) {
 	const buckets = 64
 	shift := uint(max(bits.Len32(oldest-newest)-6, 0))
 	var hist [buckets]int
@@ -370,13 +373,20 @@ func ageCut(slots []indexEntry, live func(*indexEntry) bool, clock uint32, n int
 			hist[(clock-e.stamp-newest)>>shift]++
 		}
 	}
-	return uint32(cutBucket(&hist, n)), shift
+	return uint32(cutBucket(&hist, target)), shift
 }
 
+// replicaEvictShare sets the batch of a replica's eviction. The engine's
+// KV cache evicts block by block; a quarter at once (as for the table)
+// made the index forget prefixes the engine still held: on the simulator's
+// shared-prefix workload 15 requests went cold to a replica while another
+// held their prefix, 2 with a thirty-second.
+const replicaEvictShare = 32
+
 // cutBucket returns the first bucket to remove: whole buckets go from the
-// oldest until a quarter of n (at least one) is gone.
-func cutBucket(hist *[64]int, n int) int {
-	target, cut, sum := max(n/4, 1), len(hist)-1, 0
+// oldest until target entries (at least one) are gone.
+func cutBucket(hist *[64]int, target int) int {
+	target, cut, sum := max(target, 1), len(hist)-1, 0
 	for ; cut > 0; cut-- {
 		sum += hist[cut]
 		if sum >= target {

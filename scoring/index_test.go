@@ -332,3 +332,27 @@ func TestIndexListsInvariant(t *testing.T) {
 		}
 	}
 }
+
+// TestPrefixIndexReplicaEvictsLittle: a replica at its KV capacity loses
+// only its oldest few checkpoints per insert batch, as its engine evicts
+// block by block, not a quarter of what it holds.
+func TestPrefixIndexReplicaEvictsLittle(t *testing.T) {
+	const capacity = 640 // checkpoints of replica 0
+	x := NewPrefixIndex(IndexConfig{BlockChars: 64, Stride: 4, MaxEntries: 1 << 16, MaxReplicas: 2})
+	x.SetCapacityTokens(0, 16*4*capacity)
+	for i := range capacity {
+		x.Record(0, chainN(uint64(i), 0, 4, 4)) // one checkpoint each
+	}
+	if got := x.count[0]; got != capacity {
+		t.Fatalf("replica 0 holds %d checkpoints after %d one-checkpoint records, want %d", got, capacity, capacity)
+	}
+	x.Record(0, chainN(capacity, 0, 4, 4))
+	if got, floor := int(x.count[0]), capacity-capacity/16; got < floor || got > capacity {
+		t.Errorf("replica 0 holds %d checkpoints after one record over capacity %d, want in [%d, %d]", got, capacity, floor, capacity)
+	}
+	out := make([]int, 2)
+	x.Lookup(chainN(capacity/8, 0, 4, 4), out)
+	if out[0] == 0 {
+		t.Errorf("Lookup(an eighth-oldest chain) = %v, want still held (the engine would still hold it)", out)
+	}
+}
