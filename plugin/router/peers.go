@@ -52,16 +52,17 @@ const (
 	keyRemoteWork = "gpuroute/remote-work"
 )
 
-// peerBody is the 403 body: it says nothing about what the exchange holds.
+// peerRefusedBody is the 403 body: it says nothing about what the exchange
+// holds.
 var peerRefusedBody = []byte(`{"error":{"message":"forbidden","type":"forbidden","code":403}}`)
 
 var peerHeaders = [][2]string{{"content-type", "application/octet-stream"}}
 
 // peerLink is the leader's state for one configured peer.
 type peerLink struct {
-	epoch, next uint64 // cursor into the peer's journal
-	asking      bool   // a call is outstanding
-	failing     bool   // the last call failed (logged once per episode)
+	epoch, next uint64      // cursor into the peer's journal
+	asking      bool        // a call is outstanding
+	failing     peerFailure // how the last call failed (logged when it changes)
 	work        []scoring.Work
 	workNanos   int64 // when work was answered; 0: never
 }
@@ -211,7 +212,7 @@ func (r *root) askPeers() {
 		hdrs := [][2]string{{":method", "GET"}, {":path", string(b)}, {":authority", pe.Peers[i].Name},
 			{HeaderPeerToken, pe.Token}}
 		if _, err := proxy.DispatchHttpCall(pe.Peers[i].Cluster, hdrs, nil, nil, r.cfg.ScrapeTimeoutMillis, r.peerDone[i]); err != nil {
-			r.peerFailed(i, "cannot call cluster "+pe.Peers[i].Cluster+": "+err.Error())
+			r.peerFailed(i, peerUnreachable, "cannot call cluster "+pe.Peers[i].Cluster+": "+err.Error())
 			continue
 		}
 		l.asking = true
@@ -227,12 +228,12 @@ func (r *root) peerAnswered(i, numHeaders, bodySize int) {
 	l := &r.peers[i]
 	l.asking = false
 	if numHeaders == 0 {
-		r.peerFailed(i, "no answer within "+strconv.FormatUint(uint64(r.cfg.ScrapeTimeoutMillis), 10)+" ms")
+		r.peerFailed(i, peerTimeout, "no answer within "+strconv.FormatUint(uint64(r.cfg.ScrapeTimeoutMillis), 10)+" ms")
 		return
 	}
 	status, _ := proxy.GetHeaderMapValue(proxy.MapTypeHttpCallResponseHeaders, ":status")
 	if string(status) != "200" {
-		r.peerFailed(i, "answered status "+string(status))
+		r.peerFailed(i, peerStatus, "answered status "+string(status))
 		return
 	}
 	body, err := proxy.GetBufferBytes(proxy.BufferTypeHttpCallResponseBody, 0, uint32(bodySize))
@@ -240,10 +241,16 @@ func (r *root) peerAnswered(i, numHeaders, bodySize int) {
 		err = r.peerExport.Decode(body)
 	}
 	if err != nil {
-		r.peerFailed(i, "unreadable answer: "+err.Error())
+		r.peerFailed(i, peerGarbled, "unreadable answer: "+err.Error())
 		return
 	}
 	x := &r.peerExport
+	if r.journal != nil && x.Epoch != 0 && x.Epoch == r.journal.Epoch {
+		// Our own journal: the peer list names this gateway. Its work
+		// would count twice.
+		r.peerFailed(i, peerIsSelf, "answered with this gateway's own journal; remove it from peers")
+		return
+	}
 	r.mapPeerReplicas(x)
 	l.epoch, l.next = x.Epoch, x.Next
 	n0 := r.importBox.Len()
@@ -257,20 +264,34 @@ func (r *root) peerAnswered(i, numHeaders, bodySize int) {
 		}
 	}
 	l.workNanos = now
-	if l.failing {
-		l.failing = false
+	if l.failing != peerOK {
+		l.failing = peerOK
 		r.log.info("peer " + r.cfg.PeerExchange.Peers[i].Name + " answers again")
 	}
 	r.publishRemoteWork(now)
 }
 
-func (r *root) peerFailed(i int, why string) {
+// peerFailed counts a failed ask and logs it when the link was answering
+// or failed differently before: once per episode, not once per tick.
+func (r *root) peerFailed(i int, kind peerFailure, why string) {
 	r.stats.add(r.stats.peerFailures, 1)
-	if l := &r.peers[i]; !l.failing {
-		l.failing = true
+	if l := &r.peers[i]; l.failing != kind {
+		l.failing = kind
 		r.log.warn("peer " + r.cfg.PeerExchange.Peers[i].Name + ": " + why)
 	}
 }
+
+// peerFailure is how a link's last ask ended.
+type peerFailure uint8
+
+const (
+	peerOK peerFailure = iota
+	peerUnreachable
+	peerTimeout
+	peerStatus
+	peerGarbled
+	peerIsSelf
+)
 
 // mapPeerReplicas maps the peer's replica indices to ours by address (-1:
 // a replica this gateway does not route to).
@@ -382,7 +403,7 @@ func (r *root) appendPeerStatus(b []byte, now int64) []byte {
 		b = append(b, `{"name":`...)
 		b = strconv.AppendQuote(b, r.cfg.PeerExchange.Peers[i].Name)
 		b = append(b, `,"failing":`...)
-		b = strconv.AppendBool(b, l.failing)
+		b = strconv.AppendBool(b, l.failing != peerOK)
 		b = append(b, `,"cursor":`...)
 		b = strconv.AppendUint(b, l.next, 10)
 		b = append(b, `,"answer_age_ms":`...)

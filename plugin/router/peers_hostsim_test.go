@@ -285,3 +285,38 @@ func TestPeerFailures(t *testing.T) {
 		})
 	}
 }
+
+// TestPeerIsSelf: a peer list that names the gateway itself is noticed (its
+// own journal comes back) and ignored, so its work never counts twice.
+func TestPeerIsSelf(t *testing.T) {
+	a := newTestFleet(t, 1, 2, "")
+	// The cluster cannot call back into the host making the call, so it
+	// replays what the gateway answered when asked directly.
+	var own []byte
+	a.h.AddCluster("peer-a", hostsim.ClusterFunc(func(*hostsim.CallRequest) hostsim.CallReply {
+		if own == nil {
+			return hostsim.CallReply{Status: 503}
+		}
+		return hostsim.CallReply{Status: 200, Body: own}
+	}))
+	a.configure(a.config(peerConfig("a"), nil))
+	a.advance(200 * time.Millisecond)
+	a.route(0, strings.Repeat("a prompt long enough to fill a few prefix blocks. ", 20))
+	a.advance(200 * time.Millisecond) // merged and journaled
+	lr, _ := askGateway(t, a, 0, [][2]string{{":method", "GET"}, {":path", testPeerPath}, {":authority", "a"}, {HeaderPeerToken, testPeerToken}})
+	if lr == nil || lr.Status != 200 {
+		t.Fatalf("asking the gateway directly: %+v, want a 200 answer", lr)
+	}
+	own = append([]byte(nil), lr.Body...)
+	a.advance(500 * time.Millisecond)
+	if n := a.metric(statPeerImported); n != 0 {
+		t.Errorf("%s = %d with the gateway as its own peer, want 0", statPeerImported, n)
+	}
+	warned := false
+	for _, e := range a.h.Logs() {
+		warned = warned || strings.Contains(e.Message, "this gateway's own journal")
+	}
+	if !warned {
+		t.Error("no warning that the peer list names this gateway")
+	}
+}
