@@ -281,6 +281,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(`{"replicas":[{"name":"a","address":"10.0.0.1"}]}`))
 	f.Add([]byte(`{"replicas":[{"name":"\u0000","address":"1.2.3.4:5"},{"name":"\u0000"}]}`))
 	f.Add([]byte(`{`))
+	f.Add([]byte(`{"replicas":[{"name":"a","address":"10.0.0.1:1"}],"peer_path":"/p","peer_token":"0123456789abcdef","peers":[{"name":"b","cluster":"c"},{"name":"b"}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, err := Parse(data)
 		if err != nil {
