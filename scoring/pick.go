@@ -141,7 +141,8 @@ func Pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 
 // pick is Pick's pass; with waitForSlot, a replica without a free adapter
 // slot is scored with the wait for one (about one mean remaining output of
-// its batch) added to A instead of excluded.
+// its batch per adapter already waiting there for a slot, plus one) added
+// to A instead of excluded.
 func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Ledger, nowNanos int64, d *Decision, waitForSlot bool) {
 	d.Index, d.Reason, d.NumTop = -1, ReasonNoReplica, 0
 	d.Eligible, d.Unhealthy, d.Draining, d.NoAdapterSlot, d.Stale = 0, 0, 0, 0, 0
@@ -192,13 +193,14 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		h := &r.Hardware
 
 		// A(r, a).
-		slotWait, evicts := false, false
+		slotWait, evicts, slotQueue := false, false, 0
 		if req.Adapter != "" {
 			held := l.remembered(i)
 			if held == TierStorage && i < len(req.AdapterRecent) && req.AdapterRecent[i] {
 				held = TierHost
 			}
-			a, ok := adapterCost(p, r, req.Adapter, held)
+			a, ok, queued := adapterCost(p, r, req.Adapter, held)
+			slotQueue = queued
 			switch {
 			case ok:
 				c.AdapterSec = a
@@ -331,7 +333,15 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 			}
 			w += hold
 			if slotWait {
-				c.AdapterSec += step * decodeTok / b
+				// One slot frees about every mean remaining output; the
+				// adapters already waiting for one there take the first
+				// ones (the engine admits its queue in order), so this
+				// request waits for one more than they do. Counting one
+				// wait for all piled a startup burst of new adapters onto
+				// the replica that looked soonest (lora seed 2: 7 new
+				// adapters on one replica in 5 s, first tokens after 11 to
+				// 22 s, and 13 adapters sharing its 4 slots from then on).
+				c.AdapterSec += step * decodeTok / b * float64(1+slotQueue)
 			}
 		}
 		if r.ScrapedNanos == 0 || nowNanos-r.ScrapedNanos > staleNanos {
@@ -509,35 +519,40 @@ func meanArrivalRate(p *Params, replicas []Replica, l *Ledger, nowNanos int64) f
 	return total / float64(open)
 }
 
-// adapterCost returns A(r, a) and whether r can serve adapter at all.
-func adapterCost(p *Params, r *Replica, adapter string, remembered AdapterTier) (float64, bool) {
+// adapterCost returns A(r, a), whether r can serve adapter at all, and how
+// many other adapters r reports waiting for a GPU slot (listed with a tier
+// other than TierGPU: queued requests, no slot).
+func adapterCost(p *Params, r *Replica, adapter string, remembered AdapterTier) (float64, bool, int) {
 	if r.AdapterSlots == 0 {
-		return 0, false
+		return 0, false, 0
 	}
 	if remembered == TierGPU {
-		return 0, true
+		return 0, true, 0
 	}
 	tier := remembered
-	gpu, evictable := 0, false
+	gpu, evictable, queued := 0, false, 0
 	for i := range r.Adapters {
 		a := &r.Adapters[i]
 		if a.Name == adapter {
 			tier = min(tier, a.Tier)
 			if a.Tier == TierGPU {
-				return 0, true
+				return 0, true, 0
 			}
+			continue
 		}
 		if a.Tier == TierGPU {
 			gpu++
 			evictable = evictable || !a.Active
+		} else if a.Active {
+			queued++
 		}
 	}
 	if r.AdapterSlots > 0 && gpu >= r.AdapterSlots && !evictable {
-		return 0, false
+		return 0, false, queued
 	}
 	cost := r.Hardware.AdapterLoadStorageSec
 	if tier == TierHost {
 		cost = r.Hardware.AdapterLoadHostSec
 	}
-	return cost + p.AdapterToleranceSec, true
+	return cost + p.AdapterToleranceSec, true, queued
 }

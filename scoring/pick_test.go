@@ -754,6 +754,52 @@ func TestAdapterSlotsBusyQueues(t *testing.T) {
 	}
 }
 
+// TestAdapterSlotQueue: with every slot busy everywhere, a replica whose
+// queue already holds other adapters waiting for a slot makes the request
+// wait for one more slot per such adapter, so a burst of new adapters
+// spreads instead of piling behind one replica (the engine admits them in
+// order as slots free).
+func TestAdapterSlotQueue(t *testing.T) {
+	now := 100 * sec
+	p := exactParams()
+	waitingOn := func(n int) []Adapter {
+		as := []Adapter{{Name: "busy", Tier: TierGPU, Active: true}}
+		for i := range n {
+			as = append(as, Adapter{Name: "queued-" + strconv.Itoa(i), Tier: TierStorage, Active: true})
+		}
+		return as
+	}
+	tests := []struct {
+		name    string
+		waiting [2]int // other adapters waiting for a slot on replicas 0 and 1
+		self    bool   // the request's own adapter is among replica 0's waiting ones
+		want    int
+	}{
+		{name: "none waiting: the sooner batch", waiting: [2]int{0, 0}, want: 0},
+		{name: "two waiting ahead on the sooner batch", waiting: [2]int{2, 0}, want: 1},
+		{name: "its own adapter waiting does not count", waiting: [2]int{0, 0}, self: true, want: 0},
+	}
+	for _, tt := range tests {
+		rs := fleet("h100", 2, now)
+		for i := range rs {
+			rs[i].AdapterSlots = 1
+			rs[i].Adapters = waitingOn(tt.waiting[i])
+			rs[i].RunningRequests = 4
+		}
+		if tt.self {
+			rs[0].Adapters = append(rs[0].Adapters, Adapter{Name: "new", Tier: TierStorage, Active: true})
+		}
+		rs[0].PeerWork = Work{DecodeN: 4, DecodeTokens: 4 * 100}
+		rs[1].PeerWork = Work{DecodeN: 4, DecodeTokens: 4 * 150}
+		req := Request{PromptTokens: 500, Adapter: "new"}
+		var d Decision
+		Pick(&p, &req, rs, nil, nil, now, &d)
+		if d.Index != tt.want {
+			t.Errorf("%s: Pick = %d, want %d; top %+v", tt.name, d.Index, tt.want, d.Top[:d.NumTop])
+		}
+	}
+}
+
 // TestAdapterRememberedTiers: an adapter this router sent to a replica
 // counts as GPU-resident for AdapterMemory, then as held in host memory for
 // AdapterHostMemory, then as not there at all.

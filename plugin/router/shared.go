@@ -232,7 +232,15 @@ func (r *root) applySnapshot() {
 		}
 		rep.Adapters = rep.Adapters[:0]
 		for _, a := range s.Adapters {
-			rep.Adapters = append(rep.Adapters, scoring.Adapter{Name: a.Name, Tier: scoring.TierGPU, Active: true})
+			// An adapter listed only as waiting has queued requests but no
+			// GPU slot (vLLM lists an adapter as running once a request of
+			// it runs): counting it as resident priced requests for it at
+			// no load while they queued behind a full set of slots.
+			tier := scoring.TierGPU
+			if a.Waiting {
+				tier = scoring.TierStorage
+			}
+			rep.Adapters = append(rep.Adapters, scoring.Adapter{Name: a.Name, Tier: tier, Active: true})
 		}
 		// Metrics that keep failing rule the replica out; a single failure
 		// only ages its figures (Pick treats stale as uncertain). Health and

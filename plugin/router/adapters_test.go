@@ -1,0 +1,43 @@
+package router
+
+import (
+	"testing"
+
+	"github.com/gpuroute/gpuroute/plugin/config"
+	"github.com/gpuroute/gpuroute/plugin/fleet"
+	"github.com/gpuroute/gpuroute/scoring"
+)
+
+// TestSnapshotAdapterTiers: an adapter the replica lists as running is on
+// its GPU; one listed only as waiting has requests queued for a GPU slot,
+// so the decision must not price it as loaded (lora seed 2: requests sent
+// at no adapter cost to a replica where their adapter waited for a slot
+// took 9.6 s to a first token on average).
+func TestSnapshotAdapterTiers(t *testing.T) {
+	cfg, err := config.Parse([]byte(`{"replicas":[{"name":"a","address":"10.0.0.1:8000","adapter_slots":1}]}`))
+	if err != nil {
+		t.Fatalf("config.Parse = %v", err)
+	}
+	r := &root{id: 1, vm: &vm{}}
+	if err := r.setup(cfg); err != nil {
+		t.Fatalf("setup = %v", err)
+	}
+	r.snap.Replicas[0].Adapters = []fleet.AdapterState{{Name: "sql"}, {Name: "chat", Waiting: true}}
+	r.applySnapshot()
+	tests := []struct {
+		name string
+		want scoring.AdapterTier
+	}{
+		{name: "sql", want: scoring.TierGPU},
+		{name: "chat", want: scoring.TierStorage},
+	}
+	got := r.replicas[0].Adapters
+	if len(got) != len(tests) {
+		t.Fatalf("applySnapshot: adapters %+v, want %d", got, len(tests))
+	}
+	for i, tt := range tests {
+		if got[i].Name != tt.name || got[i].Tier != tt.want || !got[i].Active {
+			t.Errorf("applySnapshot(%s) = %+v, want tier %v, active", tt.name, got[i], tt.want)
+		}
+	}
+}
