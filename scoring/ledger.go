@@ -28,6 +28,12 @@ type Ledger struct {
 	mark  []uint64 // scratch bitset for Pick: replicas remembered to hold the adapter in GPU memory
 	host  []uint64 // scratch bitset for Pick: replicas remembered to hold it in host memory
 	held  []int32  // scratch for Pick: adapters remembered on each replica (GPU or host)
+	// fresh is scratch for Pick: per replica, the other adapters sent there
+	// after its snapshot was taken that the snapshot does not list (each
+	// holds or waits for a GPU slot the snapshot shows free); sentAt, when
+	// the adapter last passed to markAdapter was last sent there (0: never).
+	fresh  []int32
+	sentAt []int64
 	// promptMean is an EWMA of the uncached prompt tokens of dispatched
 	// requests, outputMean of completed outputs; 0 until the first sample.
 	promptMean float64
@@ -143,6 +149,8 @@ func NewLedger(p Params, maxReplicas, maxInFlight int) *Ledger {
 		mark:    make([]uint64, (maxReplicas+63)/64),
 		host:    make([]uint64, (maxReplicas+63)/64),
 		held:    make([]int32, maxReplicas),
+		fresh:   make([]int32, maxReplicas),
+		sentAt:  make([]int64, maxReplicas),
 	}
 	for i := maxInFlight - 1; i >= 0; i-- {
 		l.free = append(l.free, int32(i))
@@ -504,10 +512,16 @@ func (l *Ledger) rememberAdapter(adapter uint64, replica int32, until int64) {
 // l.host with those remembered to hold it in host memory (within
 // Params.AdapterHostMemory after that): engines keep recently used
 // adapters in a CPU LoRA cache (vLLM --max-cpu-loras) that no metric shows.
-func (l *Ledger) markAdapter(adapter uint64, nowNanos int64) {
+// It also counts, per replica, the other adapters sent there since
+// replicas' snapshot that the snapshot does not list (l.fresh), and notes
+// when adapter was last sent to each (l.sentAt).
+func (l *Ledger) markAdapter(adapter uint64, replicas []Replica, nowNanos int64) {
 	clear(l.mark)
 	clear(l.host)
 	clear(l.held)
+	clear(l.fresh)
+	clear(l.sentAt)
+	mem := int64(l.p.AdapterMemory)
 	for i := range l.adapt {
 		a := &l.adapt[i]
 		if int(a.replica) >= len(l.reps) || a.until+int64(l.p.AdapterHostMemory) <= nowNanos {
@@ -515,8 +529,19 @@ func (l *Ledger) markAdapter(adapter uint64, nowNanos int64) {
 		}
 		l.held[a.replica]++
 		if a.adapter != adapter {
+			// Sent after the snapshot: its requests hold a slot or wait
+			// for one, and the snapshot (which lists the adapters with
+			// requests) counted the slot free. Until the next scrape only
+			// this memory knows; at a cold start that is every slot.
+			if int(a.replica) < len(replicas) {
+				r := &replicas[a.replica]
+				if a.until > nowNanos && a.until-mem > r.ScrapedNanos && !listsAdapter(r, a.adapter) {
+					l.fresh[a.replica]++
+				}
+			}
 			continue
 		}
+		l.sentAt[a.replica] = a.until - mem
 		bit := uint64(1) << (uint(a.replica) & 63)
 		switch {
 		case a.until > nowNanos:
@@ -525,6 +550,34 @@ func (l *Ledger) markAdapter(adapter uint64, nowNanos int64) {
 			l.host[a.replica>>6] |= bit
 		}
 	}
+}
+
+// listsAdapter reports whether r's snapshot lists the adapter hashing to h.
+func listsAdapter(r *Replica, h uint64) bool {
+	for i := range r.Adapters {
+		if HashString(r.Adapters[i].Name) == h {
+			return true
+		}
+	}
+	return false
+}
+
+// freshOn returns how many other adapters were sent to replica after its
+// snapshot and are not listed in it, as of the last markAdapter.
+func (l *Ledger) freshOn(replica int) int {
+	if l == nil || replica >= len(l.fresh) {
+		return 0
+	}
+	return int(l.fresh[replica])
+}
+
+// sentAtOn returns when the adapter last passed to markAdapter was last
+// sent to replica (0: not remembered).
+func (l *Ledger) sentAtOn(replica int) int64 {
+	if l == nil || replica >= len(l.sentAt) {
+		return 0
+	}
+	return l.sentAt[replica]
 }
 
 // heldOn returns how many adapters the ledger remembers on replica (in GPU

@@ -126,7 +126,7 @@ func TestAdapterPlacementsMerge(t *testing.T) {
 		b.MergeAdapterPlacement(pl)
 		b.MergeAdapterPlacement(AdapterPlacement{Adapter: pl.Adapter, Replica: pl.Replica, UntilNanos: pl.UntilNanos - sec})
 	}
-	b.markAdapter(HashString("sql"), 6*sec)
+	b.markAdapter(HashString("sql"), nil, 6*sec)
 	if got := b.remembered(1); got != TierGPU {
 		t.Errorf("merged placement: replica 1 tier = %v, want gpu", got)
 	}

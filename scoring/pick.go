@@ -156,7 +156,7 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 	if req.Adapter != "" {
 		adapterHash = HashString(req.Adapter)
 		if l != nil {
-			l.markAdapter(adapterHash, nowNanos)
+			l.markAdapter(adapterHash, replicas, nowNanos)
 		}
 	}
 	promptMean, outMean := float64(p.DefaultPromptTokens), float64(p.DefaultOutputTokens)
@@ -199,7 +199,7 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 			if held == TierStorage && i < len(req.AdapterRecent) && req.AdapterRecent[i] {
 				held = TierHost
 			}
-			a, ok, queued := adapterCost(p, r, req.Adapter, held)
+			a, ok, queued := adapterCost(p, r, req.Adapter, held, l.freshOn(i))
 			slotQueue = queued
 			switch {
 			case ok:
@@ -520,9 +520,12 @@ func meanArrivalRate(p *Params, replicas []Replica, l *Ledger, nowNanos int64) f
 }
 
 // adapterCost returns A(r, a), whether r can serve adapter at all, and how
-// many other adapters r reports waiting for a GPU slot (listed with a tier
-// other than TierGPU: queued requests, no slot).
-func adapterCost(p *Params, r *Replica, adapter string, remembered AdapterTier) (float64, bool, int) {
+// many other adapters wait for a GPU slot there: those r reports waiting
+// (listed with a tier other than TierGPU: queued requests, no slot), and
+// the fresh ones beyond its free slots. Fresh adapters are the other
+// adapters this router sent to r after its snapshot that the snapshot does
+// not list: each holds a slot the snapshot shows free, or waits for one.
+func adapterCost(p *Params, r *Replica, adapter string, remembered AdapterTier, fresh int) (float64, bool, int) {
 	if r.AdapterSlots == 0 {
 		return 0, false, 0
 	}
@@ -547,8 +550,11 @@ func adapterCost(p *Params, r *Replica, adapter string, remembered AdapterTier) 
 			queued++
 		}
 	}
-	if r.AdapterSlots > 0 && gpu >= r.AdapterSlots && !evictable {
-		return 0, false, queued
+	if r.AdapterSlots > 0 {
+		queued += max(gpu+fresh-r.AdapterSlots, 0)
+		if gpu+fresh >= r.AdapterSlots && !evictable {
+			return 0, false, queued
+		}
 	}
 	cost := r.Hardware.AdapterLoadStorageSec
 	if tier == TierHost {

@@ -829,3 +829,52 @@ func TestAdapterRememberedTiers(t *testing.T) {
 		}
 	}
 }
+
+// TestAdapterFreshDispatchesFillSlots: adapters this router sent to a
+// replica after its snapshot hold or wait for its slots although the
+// snapshot (which lists adapters with requests) shows them free, so a new
+// adapter goes where a slot really is free, even past a shorter reported
+// queue. Adapters the snapshot already lists, and repeats of one adapter,
+// are counted once.
+func TestAdapterFreshDispatchesFillSlots(t *testing.T) {
+	snap := 100 * sec
+	now := snap + sec/100 // 10 ms after the scrape
+	tests := []struct {
+		name   string
+		sent0  []string // adapters sent to replica 0 after the scrape
+		listed []string // adapters replica 0's snapshot lists as running
+		want   int
+	}{
+		{name: "nothing sent: the shorter queue", want: 0},
+		{name: "one slot left", sent0: []string{"a1"}, want: 0},
+		{name: "both slots taken since the scrape", sent0: []string{"a1", "a2"}, want: 1},
+		{name: "one adapter sent twice", sent0: []string{"a1", "a1"}, want: 0},
+		{name: "sent and already listed", sent0: []string{"a1", "a2"}, listed: []string{"a1", "a2"}, want: 1},
+		{name: "listed only: counted once", sent0: []string{"a1"}, listed: []string{"a1"}, want: 0},
+	}
+	for _, tt := range tests {
+		p := exactParams()
+		rs := fleet("h100", 2, snap)
+		for i := range rs {
+			rs[i].AdapterSlots = 2
+		}
+		for _, name := range tt.listed {
+			rs[0].Adapters = append(rs[0].Adapters, Adapter{Name: name, Tier: TierGPU, Active: true})
+		}
+		rs[0].RunningRequests = len(tt.listed)
+		// Replica 1 reports more queued work than replica 0 will carry,
+		// and as many requests sent to it (one adapter, one slot).
+		rs[1].WaitingRequests = 6
+		l := NewLedger(p, 2, 64)
+		for _, name := range tt.sent0 {
+			l.Dispatch(0, &Request{PromptTokens: 100, Adapter: name}, 100, snap+1)
+			l.Dispatch(1, &Request{PromptTokens: 100, Adapter: "b"}, 100, snap+1)
+		}
+		req := Request{PromptTokens: 100, Adapter: "new"}
+		var d Decision
+		Pick(&p, &req, rs, nil, l, now, &d)
+		if d.Index != tt.want {
+			t.Errorf("%s: Pick = %d, want %d; top %+v", tt.name, d.Index, tt.want, d.Top[:d.NumTop])
+		}
+	}
+}
