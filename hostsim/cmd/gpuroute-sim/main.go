@@ -25,9 +25,40 @@ import (
 // module driven through hostsim (fleet.GPURoute), registered in init.
 const wasmPolicy = fleet.GPURouteName
 
+// The demo's gateway comparison: gpuroute in two gateway instances of four
+// worker VMs each, with the peer exchange and with gateways that share
+// nothing, against one gateway (the issue's "4 workers × 2 gateways keep
+// the hit rate of one").
+const (
+	wasmTwoGateways = "gpuroute-2gw"
+	wasmIsolated    = "gpuroute-iso"
+)
+
 func init() {
 	fleet.Register(wasmPolicy, fleet.NewGPURoute)
+	fleet.Register(wasmTwoGateways, twoGateways(wasmTwoGateways, false))
+	fleet.Register(wasmIsolated, twoGateways(wasmIsolated, true))
 }
+
+// twoGateways builds the gpuroute policy as two gateways of four workers.
+func twoGateways(name string, isolated bool) fleet.Factory {
+	return func(o fleet.PolicyOptions) (fleet.Policy, error) {
+		o.Gateways, o.Workers, o.IsolatedGateways = 2, 4, isolated
+		p, err := fleet.NewGPURoute(o)
+		if err != nil {
+			return nil, err
+		}
+		return renamed{p, name}, nil
+	}
+}
+
+// renamed reports a policy under another name in tables and reports.
+type renamed struct {
+	fleet.Policy
+	name string
+}
+
+func (r renamed) Name() string { return r.name }
 
 // demoTrace is the Mooncake slice the demo replays (first 2,000 lines of
 // kvcache-ai/Mooncake FAST25-release/traces/conversation_trace.jsonl).
@@ -86,21 +117,32 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	var loads []func() (*fleet.Workload, error)
+	var runs []demoRun // policies nil: names
 	wo := fleet.WorkloadOptions{Seed: o.seed, Duration: o.duration}
 	switch {
 	case o.trace != "":
-		loads = append(loads, func() (*fleet.Workload, error) { return fleet.LoadTrace(o.trace, o.limit) })
+		runs = append(runs, demoRun{load: func() (*fleet.Workload, error) { return fleet.LoadTrace(o.trace, o.limit) }})
 	case o.workload != "":
-		loads = append(loads, func() (*fleet.Workload, error) { return fleet.Generate(o.workload, wo) })
+		runs = append(runs, demoRun{load: func() (*fleet.Workload, error) { return fleet.Generate(o.workload, wo) }})
 	default:
 		for _, n := range demoWorkloads {
-			loads = append(loads, func() (*fleet.Workload, error) { return fleet.Generate(n, wo) })
+			runs = append(runs, demoRun{load: func() (*fleet.Workload, error) { return fleet.Generate(n, wo) }})
 		}
 		if p := findUp(demoTrace); p != "" {
-			loads = append(loads, func() (*fleet.Workload, error) { return fleet.LoadTrace(p, 0) })
+			runs = append(runs, demoRun{load: func() (*fleet.Workload, error) { return fleet.LoadTrace(p, 0) }})
 		} else {
 			fmt.Fprintln(os.Stderr, "gpuroute-sim: demo trace", demoTrace, "not found; skipping it")
+		}
+		if slices.Contains(names, wasmPolicy) {
+			// The shared-prefix run again, gpuroute alone, through two
+			// gateways with and without the peer exchange.
+			runs = append(runs, demoRun{load: func() (*fleet.Workload, error) {
+				w, err := fleet.Generate("shared-prefix", wo)
+				if err == nil {
+					w.Name += ", 2 gateways x 4 workers"
+				}
+				return w, err
+			}, policies: []string{wasmPolicy, wasmTwoGateways, wasmIsolated}})
 		}
 		if o.reportPath == "" {
 			o.reportPath = "build/report.html"
@@ -111,8 +153,8 @@ func run(args []string) error {
 	var reports []fleet.Report
 	var all []fleet.WorkloadResults
 	tty := isTerminal(os.Stderr)
-	for _, load := range loads {
-		w, err := load()
+	for _, run := range runs {
+		w, err := run.load()
 		if err != nil {
 			return err
 		}
@@ -132,7 +174,11 @@ func run(args []string) error {
 				fmt.Fprintf(os.Stderr, "\r%-24s [%s] %d/%d policies", w.Name, bar, done, total)
 			}
 		}
-		res, err := fleet.RunPolicies(cfg, w, names, popts, o.parallel, progress)
+		policies := names
+		if run.policies != nil {
+			policies = run.policies
+		}
+		res, err := fleet.RunPolicies(cfg, w, policies, popts, o.parallel, progress)
 		if tty {
 			fmt.Fprint(os.Stderr, "\r\033[K")
 		}
@@ -163,6 +209,12 @@ func run(args []string) error {
 		fmt.Println("report:", o.reportPath)
 	}
 	return nil
+}
+
+// demoRun is one workload of a run and the policies raced on it.
+type demoRun struct {
+	load     func() (*fleet.Workload, error)
+	policies []string // nil: the --policies selection
 }
 
 // pickPolicies resolves --policies; the wasm policy, when requested but not
