@@ -67,11 +67,11 @@ const demoTrace = "testdata/traces/mooncake_fast25_conversation_trace_first2000.
 var demoWorkloads = []string{"shared-prefix", "lora", "bimodal", "drain"}
 
 type options struct {
-	workload, trace, hardware, policies, jsonPath, reportPath, wasm string
-	limit, replicas, workers, gateways, parallel                    int
-	seed                                                            int64
-	duration                                                        time.Duration
-	list, isolated                                                  bool
+	workload, trace, hardware, engine, policies, jsonPath, reportPath, wasm string
+	limit, replicas, workers, gateways, parallel                            int
+	seed                                                                    int64
+	duration                                                                time.Duration
+	list, isolated                                                          bool
 }
 
 func main() {
@@ -90,6 +90,7 @@ func run(args []string) error {
 	fs.IntVar(&o.limit, "limit", 0, "with --trace: replay only the first N requests")
 	fs.IntVar(&o.replicas, "replicas", 0, "number of replicas (default: the workload's fleet)")
 	fs.StringVar(&o.hardware, "hardware", "", `fleet hardware: "h100" or "h100:4,a100:2,l4:2" (default: the workload's)`)
+	fs.StringVar(&o.engine, "engine", fleet.EngineVLLM, "model server whose metrics format the replicas serve: vllm, sglang or tgi")
 	fs.StringVar(&o.policies, "policies", "", "comma-separated policies (default: all baselines, and gpuroute when available)")
 	fs.IntVar(&o.workers, "workers", 2, "worker VMs per gateway for the gpuroute policy (Envoy's --concurrency)")
 	fs.IntVar(&o.parallel, "parallel", runtime.NumCPU(), "policies simulated at once")
@@ -113,6 +114,9 @@ func run(args []string) error {
 		return nil
 	}
 
+	if !slices.Contains([]string{fleet.EngineVLLM, fleet.EngineSGLang, fleet.EngineTGI}, o.engine) {
+		return errors.New("unknown --engine " + fmt.Sprintf("%q", o.engine) + " (have vllm, sglang, tgi)")
+	}
 	names, err := pickPolicies(o.policies)
 	if err != nil {
 		return err
@@ -165,6 +169,9 @@ func run(args []string) error {
 		reps, err := fleet.ParseHardware(spec, o.replicas)
 		if err != nil {
 			return err
+		}
+		for i := range reps {
+			reps[i].Engine = o.engine
 		}
 		cfg := fleet.Config{Replicas: reps, Seed: o.seed}
 		start := time.Now()
