@@ -6,7 +6,9 @@
 // where W is the delay ahead of the request on r (counted in tokens,
 // converted to seconds by r's [Hardware] profile: queued prefill in full,
 // running decodes only as the per-step slowdown they add under continuous
-// batching, plus a wait for completions when KV or batch slots are full),
+// batching, plus a wait for completions when KV or batch slots are full,
+// plus the loads of other LoRA adapters queued there, each of which stalls
+// an engine step),
 // A the adapter load cost, P_r the prefill time of the n − k(r) prompt
 // tokens not already cached on r.
 //

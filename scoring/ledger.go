@@ -34,6 +34,19 @@ type Ledger struct {
 	// the adapter last passed to markAdapter was last sent there (0: never).
 	fresh  []int32
 	sentAt []int64
+	// pending is scratch for Pick: per replica, the seconds of adapter loads
+	// still to run there for other adapters this router (or a peer whose
+	// placements were merged) sent, that have no GPU slot yet: listed as
+	// waiting by the snapshot, or sent after it and not listed.
+	pending []float64
+	// waitHash holds the hashes of the adapters each replica's snapshot
+	// lists waiting for a slot, replica i's at waitHash[waitOff[i]:waitOff[i+1]]
+	// (scratch for markAdapter: hashed once per replica, not per entry).
+	waitHash []uint64
+	waitOff  []int32
+	// gpuHeld is scratch for Pick: per replica, the other adapters
+	// remembered in its GPU slots (sent within Params.AdapterMemory).
+	gpuHeld []int32
 	// promptMean is an EWMA of the uncached prompt tokens of dispatched
 	// requests, outputMean of completed outputs; 0 until the first sample.
 	promptMean float64
@@ -105,6 +118,9 @@ type adapterMem struct {
 	adapter uint64
 	replica int32
 	until   int64
+	// prev is the until of the send before the last one (0: none known):
+	// where the adapter was when it was last sent, so what its load costs.
+	prev int64
 }
 
 // AdapterPlacement is one entry of a Ledger's adapter memory: adapter (its
@@ -151,6 +167,8 @@ func NewLedger(p Params, maxReplicas, maxInFlight int) *Ledger {
 		held:    make([]int32, maxReplicas),
 		fresh:   make([]int32, maxReplicas),
 		sentAt:  make([]int64, maxReplicas),
+		pending: make([]float64, maxReplicas),
+		gpuHeld: make([]int32, maxReplicas),
 	}
 	for i := maxInFlight - 1; i >= 0; i-- {
 		l.free = append(l.free, int32(i))
@@ -480,7 +498,9 @@ func (l *Ledger) MergeAdapterPlacement(pl AdapterPlacement) {
 	for i := range l.adapt {
 		a := &l.adapt[i]
 		if a.adapter == pl.Adapter && int(a.replica) == pl.Replica {
-			a.until = max(a.until, pl.UntilNanos)
+			if pl.UntilNanos > a.until {
+				a.prev, a.until = a.until, pl.UntilNanos
+			}
 			return
 		}
 	}
@@ -492,7 +512,9 @@ func (l *Ledger) rememberAdapter(adapter uint64, replica int32, until int64) {
 	for i := range l.adapt {
 		a := &l.adapt[i]
 		if a.adapter == adapter && a.replica == replica {
-			a.until = until
+			if until > a.until {
+				a.prev, a.until = a.until, until
+			}
 			return
 		}
 		if victim < 0 || a.until < l.adapt[victim].until {
@@ -521,7 +543,22 @@ func (l *Ledger) markAdapter(adapter uint64, replicas []Replica, nowNanos int64)
 	clear(l.held)
 	clear(l.fresh)
 	clear(l.sentAt)
+	clear(l.pending)
+	clear(l.gpuHeld)
+	l.waitHash, l.waitOff = l.waitHash[:0], append(l.waitOff[:0], 0)
+	if len(l.adapt) == 0 {
+		return
+	}
+	for i := range replicas {
+		for j := range replicas[i].Adapters {
+			if a := &replicas[i].Adapters[j]; a.Tier != TierGPU {
+				l.waitHash = append(l.waitHash, HashString(a.Name))
+			}
+		}
+		l.waitOff = append(l.waitOff, int32(len(l.waitHash)))
+	}
 	mem := int64(l.p.AdapterMemory)
+	hostMem := int64(l.p.AdapterHostMemory)
 	for i := range l.adapt {
 		a := &l.adapt[i]
 		if int(a.replica) >= len(l.reps) || a.until+int64(l.p.AdapterHostMemory) <= nowNanos {
@@ -533,10 +570,29 @@ func (l *Ledger) markAdapter(adapter uint64, replicas []Replica, nowNanos int64)
 			// for one, and the snapshot (which lists the adapters with
 			// requests) counted the slot free. Until the next scrape only
 			// this memory knows; at a cold start that is every slot.
-			if int(a.replica) < len(replicas) {
+			if int(a.replica) < len(replicas) && a.until > nowNanos {
+				l.gpuHeld[a.replica]++
 				r := &replicas[a.replica]
-				if a.until > nowNanos && a.until-mem > r.ScrapedNanos && !listsAdapter(r, a.adapter) {
+				sent := a.until - mem
+				waiting := false
+				for _, h := range l.waitHash[l.waitOff[a.replica]:l.waitOff[a.replica+1]] {
+					waiting = waiting || h == a.adapter
+				}
+				fresh := sent > r.ScrapedNanos && !waiting && !listsAdapter(r, a.adapter)
+				if fresh {
 					l.fresh[a.replica]++
+				}
+				// Its load is still to come: it runs inside an engine
+				// step and stalls every request there (vLLM activates
+				// LoRAs before the forward pass). A fresh adapter that
+				// was GPU-resident when sent likely still is.
+				switch {
+				case !fresh && !waiting:
+				case a.prev > sent && fresh:
+				case a.prev > 0 && a.prev+hostMem > sent:
+					l.pending[a.replica] += r.Hardware.AdapterLoadHostSec
+				default:
+					l.pending[a.replica] += r.Hardware.AdapterLoadStorageSec
 				}
 			}
 			continue
@@ -560,6 +616,24 @@ func listsAdapter(r *Replica, h uint64) bool {
 		}
 	}
 	return false
+}
+
+// gpuHeldOn returns how many other adapters the ledger remembers in
+// replica's GPU slots, as of the last markAdapter.
+func (l *Ledger) gpuHeldOn(replica int) int {
+	if l == nil || replica >= len(l.gpuHeld) {
+		return 0
+	}
+	return int(l.gpuHeld[replica])
+}
+
+// pendingOn returns the seconds of other adapters' loads still to run on
+// replica, as of the last markAdapter.
+func (l *Ledger) pendingOn(replica int) float64 {
+	if l == nil || replica >= len(l.pending) {
+		return 0
+	}
+	return l.pending[replica]
 }
 
 // freshOn returns how many other adapters were sent to replica after its

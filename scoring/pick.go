@@ -58,7 +58,9 @@ type Candidate struct {
 	// Index is the replica's index in the slice passed to Pick.
 	Index int
 	// WaitSec is W(r): queued prefill, the running batch's per-step
-	// slowdown, any KV or batch-slot wait (plus StalePenaltySec when Stale).
+	// slowdown, any KV or batch-slot wait, the loads of other adapters
+	// queued there without a GPU slot yet (each stalls the replica for its
+	// load time), plus StalePenaltySec when Stale.
 	WaitSec float64
 	// AdapterSec is A(r, a).
 	AdapterSec float64
@@ -71,7 +73,9 @@ type Candidate struct {
 	// for those arriving while it waits and prefills, where λ is the mean
 	// arrival rate per open replica (the ledger's dispatches plus
 	// PeerWork.ArrivalPerSec), plus N_r · A for the N_r requests already
-	// on r that an adapter load stalls; scaled by Params.ExternalityWeight.
+	// on r that an adapter load stalls, plus (1 + N_r) times the reload an
+	// adapter displaced from r's GPU slots or host cache will need;
+	// scaled by Params.ExternalityWeight.
 	ExternalSec float64
 	// Stale is true when the replica's snapshot was older than
 	// Params.StaleAfter (or missing).
@@ -193,14 +197,20 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		h := &r.Hardware
 
 		// A(r, a).
-		slotWait, evicts, slotQueue := false, false, 0
+		slotWait, evicts, displaces, releases, pendingSec := false, false, false, 0, 0.0
 		if req.Adapter != "" {
 			held := l.remembered(i)
 			if held == TierStorage && i < len(req.AdapterRecent) && req.AdapterRecent[i] {
 				held = TierHost
 			}
-			a, ok, queued := adapterCost(p, r, req.Adapter, held, l.freshOn(i))
-			slotQueue = queued
+			// The loads of other adapters sent there that have not
+			// started (no GPU slot yet) run before this request's first
+			// token, each inside an engine step that stalls the whole
+			// replica: vLLM activates LoRAs before the forward pass. The
+			// queued prefill in W does not count them.
+			pendingSec = l.pendingOn(i)
+			a, ok, rel := adapterCost(p, r, req.Adapter, held, l.freshOn(i))
+			releases = rel
 			switch {
 			case ok:
 				c.AdapterSec = a
@@ -214,6 +224,8 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 					hostSlots = r.AdapterSlots
 				}
 				evicts = a > 0 && hostSlots > 0 && held == TierStorage && l.heldOn(i) >= hostSlots
+				// Likewise a GPU slot, whose adapter reloads from host.
+				displaces = a > 0 && r.AdapterSlots > 0 && l.gpuHeldOn(i) >= r.AdapterSlots
 			case waitForSlot && r.AdapterSlots != 0:
 				c.AdapterSec, slotWait = r.Hardware.AdapterLoadStorageSec+p.AdapterToleranceSec, true
 			default:
@@ -295,7 +307,7 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		qN := float64(accQueuedN + foreignWaiting)
 		qTok := float64(accQueuedTokens) + float64(foreignWaiting)*promptMean
 		uncached := float64(n - c.CachedTokens)
-		w := qN*h.PrefillFixedSec + qTok*h.PrefillSecPerToken
+		w := qN*h.PrefillFixedSec + qTok*h.PrefillSecPerToken + pendingSec
 		onReplica := qN + float64(accDecodeN+foreignRunning) // requests an adapter load stalls
 		if batch := accDecodeN + foreignRunning; batch > 0 {
 			b := float64(batch)
@@ -341,7 +353,7 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 				// the replica that looked soonest (lora seed 2: 7 new
 				// adapters on one replica in 5 s, first tokens after 11 to
 				// 22 s, and 13 adapters sharing its 4 slots from then on).
-				c.AdapterSec += step * decodeTok / b * float64(1+slotQueue)
+				c.AdapterSec += step * decodeTok / b * float64(releases)
 			}
 		}
 		if r.ScrapedNanos == 0 || nowNanos-r.ScrapedNanos > staleNanos {
@@ -365,10 +377,20 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		// load LoRA weights inside the scheduler step (vLLM's LRU adapter
 		// manager activates them before the forward pass), so the whole
 		// batch and queue wait A.
+		// Displacing an adapter this router placed on r (the least
+		// recently used one in r's GPU slots when the ledger remembers
+		// them full, or in its host cache likewise) makes that adapter's
+		// next request there reload it: from host memory for a slot, from
+		// storage instead of host memory for the cache. That reload runs
+		// inside a step too, so it costs its own request and the ones on r
+		// then, counted as the ones on r now: reload · (1 + N_r).
 		if p.ExternalityWeight > 0 {
 			ext := lamBar*c.TotalSec()*(c.AdapterSec+c.PrefillSec) + onReplica*c.AdapterSec
 			if evicts {
-				ext += h.AdapterLoadStorageSec - h.AdapterLoadHostSec
+				ext += (h.AdapterLoadStorageSec - h.AdapterLoadHostSec) * (1 + onReplica)
+			}
+			if displaces {
+				ext += h.AdapterLoadHostSec * (1 + onReplica)
 			}
 			c.ExternalSec = p.ExternalityWeight * ext
 		}
@@ -520,11 +542,13 @@ func meanArrivalRate(p *Params, replicas []Replica, l *Ledger, nowNanos int64) f
 }
 
 // adapterCost returns A(r, a), whether r can serve adapter at all, and how
-// many other adapters wait for a GPU slot there: those r reports waiting
-// (listed with a tier other than TierGPU: queued requests, no slot), and
-// the fresh ones beyond its free slots. Fresh adapters are the other
-// adapters this router sent to r after its snapshot that the snapshot does
-// not list: each holds a slot the snapshot shows free, or waits for one.
+// many GPU slots must free before the adapter gets one (0: one is free for
+// it). The slots are claimed by the adapters r lists as resident, then by
+// the fresh ones, then by those it reports waiting (listed with a tier
+// other than TierGPU: queued requests, no slot), which the engine admits
+// first. Fresh adapters are the other adapters this router sent to r after
+// its snapshot that the snapshot does not list: each holds a slot the
+// snapshot shows free, or waits for one.
 func adapterCost(p *Params, r *Replica, adapter string, remembered AdapterTier, fresh int) (float64, bool, int) {
 	if r.AdapterSlots == 0 {
 		return 0, false, 0
@@ -550,15 +574,16 @@ func adapterCost(p *Params, r *Replica, adapter string, remembered AdapterTier, 
 			queued++
 		}
 	}
+	releases := 0
 	if r.AdapterSlots > 0 {
-		queued += max(gpu+fresh-r.AdapterSlots, 0)
+		releases = max(gpu+fresh+queued-r.AdapterSlots+1, 0)
 		if gpu+fresh >= r.AdapterSlots && !evictable {
-			return 0, false, queued
+			return 0, false, releases
 		}
 	}
 	cost := r.Hardware.AdapterLoadStorageSec
 	if tier == TierHost {
 		cost = r.Hardware.AdapterLoadHostSec
 	}
-	return cost + p.AdapterToleranceSec, true, queued
+	return cost + p.AdapterToleranceSec, true, releases
 }

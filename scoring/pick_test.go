@@ -878,3 +878,108 @@ func TestAdapterFreshDispatchesFillSlots(t *testing.T) {
 		}
 	}
 }
+
+// TestAdapterPendingLoads: the loads of other adapters sent to a replica
+// that have not started (listed waiting for a slot, or sent after the
+// snapshot and not listed) are counted at their tier's load time, since
+// each runs inside an engine step that stalls the replica; a started one
+// (listed running), one that was GPU-resident when sent again, and the
+// request's own adapter are not.
+func TestAdapterPendingLoads(t *testing.T) {
+	snap := 100 * sec
+	now := snap + sec/100
+	p := exactParams()
+	hw, _ := LookupHardware("h100")
+	type send struct {
+		name   string
+		at     int64
+		listed AdapterTier // tier the snapshot lists it with; 0xff: not listed
+	}
+	const unlisted = AdapterTier(0xff)
+	tests := []struct {
+		name  string
+		sends []send
+		want  float64
+	}{
+		{name: "nothing sent", want: 0},
+		{name: "two waiting for a slot", sends: []send{{"a1", snap - sec, TierStorage}, {"a2", snap - sec, TierStorage}},
+			want: 2 * hw.AdapterLoadStorageSec},
+		{name: "listed running: started", sends: []send{{"a1", snap - sec, TierGPU}}, want: 0},
+		{name: "sent after the scrape", sends: []send{{"a1", snap + 1, unlisted}}, want: hw.AdapterLoadStorageSec},
+		{name: "resident when sent again", sends: []send{{"a1", snap - 10*sec, unlisted}, {"a1", snap + 1, unlisted}}, want: 0},
+		{name: "host-cached when sent again", sends: []send{{"a1", snap - 70*sec, unlisted}, {"a1", snap + 1, unlisted}},
+			want: hw.AdapterLoadHostSec},
+		{name: "own adapter waiting", sends: []send{{"new", snap - sec, TierStorage}}, want: 0},
+	}
+	for _, tt := range tests {
+		rs := fleet("h100", 2, snap)
+		l := NewLedger(p, 2, 64)
+		for _, s := range tt.sends {
+			l.Cancel(l.Dispatch(0, &Request{PromptTokens: 100, Adapter: s.name}, 100, s.at))
+			if s.listed != unlisted && s.at < snap {
+				rs[0].Adapters = append(rs[0].Adapters, Adapter{Name: s.name, Tier: s.listed, Active: true})
+			}
+		}
+		l.markAdapter(HashString("new"), rs, now)
+		if got := l.pendingOn(0); math.Abs(got-tt.want) > 1e-12 {
+			t.Errorf("%s: pendingOn(0) = %v, want %v", tt.name, got, tt.want)
+		}
+		if tt.want == 0 {
+			continue
+		}
+		// The same load in W: replica 0's pending loads send a request
+		// for an adapter resident nowhere to idle replica 1.
+		req := Request{PromptTokens: 100, Adapter: "new"}
+		var d Decision
+		Pick(&p, &req, rs, nil, l, now, &d)
+		if d.Index != 1 {
+			t.Errorf("%s: Pick = %d, want 1 (replica 0 stalls on loads); top %+v", tt.name, d.Index, d.Top[:d.NumTop])
+		}
+	}
+}
+
+// TestAdapterDisplacementCost: a load that takes a slot or a host-cache
+// entry from an adapter this router placed there costs that adapter's next
+// request the reload, which stalls the replica's requests too, so the
+// externality counts the reload once per request on the replica plus one:
+// from host memory for a GPU slot, from storage (less the host load it
+// would have paid) for a host-cache entry.
+func TestAdapterDisplacementCost(t *testing.T) {
+	snap := 100 * sec
+	now := snap + sec/100
+	p := exactParams()
+	const running = 3
+	tests := []struct {
+		name             string
+		slots, hostSlots int
+		want             func(h *Hardware) float64
+	}{
+		{name: "room everywhere", slots: 4, hostSlots: 8, want: func(*Hardware) float64 { return 0 }},
+		{name: "gpu slot taken", slots: 1, hostSlots: 8,
+			want: func(h *Hardware) float64 { return h.AdapterLoadHostSec * (1 + running) }},
+		{name: "host cache full", slots: 4, hostSlots: 1,
+			want: func(h *Hardware) float64 { return (h.AdapterLoadStorageSec - h.AdapterLoadHostSec) * (1 + running) }},
+	}
+	ext := func(slots, hostSlots int) (float64, *Hardware) {
+		rs := fleet("h100", 1, snap)
+		rs[0].AdapterSlots, rs[0].AdapterHostSlots = slots, hostSlots
+		rs[0].RunningRequests = running
+		l := NewLedger(p, 1, 8)
+		// Idle since (not listed): it holds a slot the snapshot shows free.
+		l.Cancel(l.Dispatch(0, &Request{PromptTokens: 100, Adapter: "old"}, 100, snap-5*sec))
+		var d Decision
+		Pick(&p, &Request{PromptTokens: 100, Adapter: "new"}, rs, nil, l, now, &d)
+		c, ok := d.Chosen()
+		if !ok {
+			t.Fatalf("Pick(slots %d, host %d) chose nothing", slots, hostSlots)
+		}
+		return c.ExternalSec, &rs[0].Hardware
+	}
+	base, _ := ext(4, 8)
+	for _, tt := range tests {
+		got, h := ext(tt.slots, tt.hostSlots)
+		if want := tt.want(h); math.Abs(got-base-want) > 1e-9 {
+			t.Errorf("%s: ExternalSec − ExternalSec(room) = %v, want %v", tt.name, got-base, want)
+		}
+	}
+}
