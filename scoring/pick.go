@@ -57,8 +57,10 @@ const TopN = 4
 type Candidate struct {
 	// Index is the replica's index in the slice passed to Pick.
 	Index int
-	// WaitSec is W(r): queued prefill, the running batch's per-step
-	// slowdown, any KV or batch-slot wait (plus StalePenaltySec when Stale).
+	// WaitSec is W(r): queued prefill (of the router's own prefill in
+	// progress, only what is left: see prefillGroups), the running batch's
+	// per-step slowdown, any KV or batch-slot wait (plus StalePenaltySec
+	// when Stale).
 	WaitSec float64
 	// AdapterSec is A(r, a).
 	AdapterSec float64
