@@ -67,13 +67,14 @@ type flight struct {
 	used       bool
 	first      bool // first token seen: prefill is done
 	replica    int32
-	at         int32 // index in Ledger.live while used
-	dispatched int64 // nowNanos at dispatch
-	prefill    int64 // uncached prompt tokens still to prefill
-	maxTokens  int64 // 0: none given
-	expect     int64 // output estimate at dispatch
-	streamed   int64 // output tokens streamed back so far
-	remaining  int64 // current remaining-output estimate, as counted in reps
+	group      uint32 // prefill group (repAcc.group) while queued
+	at         int32  // index in Ledger.live while used
+	dispatched int64  // nowNanos at dispatch
+	prefill    int64  // uncached prompt tokens still to prefill
+	maxTokens  int64  // 0: none given
+	expect     int64  // output estimate at dispatch
+	streamed   int64  // output tokens streamed back so far
+	remaining  int64  // current remaining-output estimate, as counted in reps
 	key        uint64
 }
 
@@ -112,6 +113,40 @@ type repAcc struct {
 	Work
 	syncedSnap int64 // the ScrapedNanos Unseen* refer to
 	rate       Rate  // dispatches per second
+	prefillGroups
+}
+
+// prefillGroups follows the progress of the router's queued prefills on
+// one replica, so W(r) can count what is left of the one in progress
+// rather than all of it however long ago it started.
+//
+// A continuous-batching engine admits its waiting requests at a step
+// boundary, all that fit the token budget, in arrival order (vLLM V1's
+// scheduler; hostsim/fleet/replica.go startStep models it). The router's
+// queued requests on a replica therefore form two groups: the running one,
+// whose prefill started when the first of them was dispatched to a replica
+// with nothing queued ahead (or when the previous group's first token came
+// back: that step boundary admitted everything then waiting), and the
+// pending one, dispatched while the running group was in flight, which
+// starts when its first token arrives. Each queued flight carries its
+// group's number (run or run+1), so first tokens, completions and
+// cancellations update the sums in O(1), in any order.
+type prefillGroups struct {
+	run             uint32 // the running group's number; pending is run+1
+	runN, runTokens int64  // queued flights and prefill tokens in the running group
+	pendN, pendTok  int64  // the same for the pending group
+	// runSq and pendSq sum the squares of the groups' prefill tokens
+	// (attention cost grows with each prompt's square, not the sum's).
+	runSq, pendSq  float64
+	runN0, runTok0 int64   // the running group's size when it started (for learning)
+	runSq0         float64 // and its sum of squares
+	runStartNanos  int64   // when it started; 0: unknown (nothing is credited)
+	clearNanos     int64   // the last Pick that saw nothing foreign ahead here
+	clearSeen      bool    // clearNanos is set
+	// EWMAs of the observed durations of completed groups and of their
+	// sizes (count, tokens, squares), and how many were observed.
+	obsSec, obsN, obsTok, obsSq float64
+	obsSamples                  uint32
 }
 
 type adapterMem struct {
@@ -313,6 +348,27 @@ func (l *Ledger) Dispatch(replica int, req *Request, uncachedTokens int, nowNano
 		r.UnseenN++
 		r.UnseenTokens += f.prefill
 	}
+	g := &r.prefillGroups
+	if g.runN == 0 {
+		// Nothing of ours queued: the request starts at the next step
+		// boundary, unless the Pick that chose this replica saw foreign
+		// work queued ahead of it (then its start is unknown until the
+		// next first token here).
+		g.run++
+		f.group = g.run
+		sq := float64(f.prefill) * float64(f.prefill)
+		g.runN, g.runTokens, g.runSq = 1, f.prefill, sq
+		g.runN0, g.runTok0, g.runSq0 = 1, f.prefill, sq
+		g.runStartNanos = 0
+		if g.clearSeen && g.clearNanos == nowNanos {
+			g.runStartNanos = nowNanos
+		}
+	} else {
+		f.group = g.run + 1
+		g.pendN++
+		g.pendTok += f.prefill
+		g.pendSq += float64(f.prefill) * float64(f.prefill)
+	}
 	// A queued request the router did not send costs its uncached prompt
 	// tokens: the mean of what this router sends is the best guess, since
 	// routers behind one gateway see the same traffic.
@@ -347,7 +403,15 @@ func (l *Ledger) lookup(h Flight) *flight {
 
 // FirstToken records that the request's first token came back: its prefill
 // work leaves the queue and its remaining output becomes decode work.
-func (l *Ledger) FirstToken(h Flight) {
+// Without the time, the ledger cannot tell when the next queued prefill
+// started; FirstTokenAt can.
+func (l *Ledger) FirstToken(h Flight) { l.FirstTokenAt(h, 0) }
+
+// FirstTokenAt is FirstToken at nowNanos (0: unknown). A first token ends
+// an engine step, and the requests of this router still waiting on that
+// replica were admitted at that boundary: their prefill started then, and
+// Pick credits its progress (see prefillGroups).
+func (l *Ledger) FirstTokenAt(h Flight, nowNanos int64) {
 	f := l.lookup(h)
 	if f == nil || f.first {
 		return
@@ -355,9 +419,57 @@ func (l *Ledger) FirstToken(h Flight) {
 	r := &l.reps[f.replica]
 	r.QueuedN--
 	r.QueuedTokens -= f.prefill
+	l.leaveQueue(f, nowNanos, true)
 	f.first = true
 	r.DecodeN++
 	r.DecodeTokens += f.remaining
+}
+
+// leaveQueue takes queued flight f out of its prefill group; firstToken
+// says its first token came back at nowNanos (0: unknown) rather than it
+// being dropped. When the running group empties, the pending one becomes
+// the running one, started now if this was a first token at a known time.
+func (l *Ledger) leaveQueue(f *flight, nowNanos int64, firstToken bool) {
+	g := &l.reps[f.replica].prefillGroups
+	sq := float64(f.prefill) * float64(f.prefill)
+	switch f.group {
+	case g.run:
+		g.runN--
+		g.runTokens -= f.prefill
+		g.runSq -= sq
+	case g.run + 1:
+		g.pendN--
+		g.pendTok -= f.prefill
+		g.pendSq -= sq
+	default:
+		return
+	}
+	if g.runN > 0 {
+		return
+	}
+	known := firstToken && nowNanos > 0
+	if known && g.runStartNanos > 0 && nowNanos >= g.runStartNanos && f.group == g.run {
+		// The group's step ended: learn how long a group of its size
+		// took here (Pick compares it with the profile's estimate).
+		g.obsSec = ewma(g.obsSec, float64(nowNanos-g.runStartNanos)/1e9)
+		g.obsN = ewma(g.obsN, float64(g.runN0))
+		g.obsTok = ewma(g.obsTok, float64(max(g.runTok0, 1)))
+		g.obsSq = ewma(g.obsSq, max(g.runSq0, 1))
+		g.obsSamples++
+	}
+	g.runN, g.runTokens, g.runSq = 0, 0, 0
+	if g.pendN <= 0 {
+		g.pendN, g.pendTok, g.pendSq = 0, 0, 0
+		return
+	}
+	g.run++
+	g.runN, g.runTokens, g.runSq = g.pendN, g.pendTok, max(g.pendSq, 0)
+	g.runN0, g.runTok0, g.runSq0 = g.runN, g.runTokens, g.runSq
+	g.pendN, g.pendTok, g.pendSq = 0, 0, 0
+	g.runStartNanos = 0
+	if known {
+		g.runStartNanos = nowNanos
+	}
 }
 
 // Progress records tokens more output tokens streamed back (SSE chunks or
@@ -428,6 +540,7 @@ func (l *Ledger) remove(f *flight, slot int32) {
 	} else {
 		r.QueuedN--
 		r.QueuedTokens -= f.prefill
+		l.leaveQueue(f, 0, false)
 	}
 	if f.dispatched > r.syncedSnap {
 		r.UnseenN--

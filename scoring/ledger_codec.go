@@ -18,7 +18,9 @@ import (
 //	estimators: count u8, then (24 bytes) key u64, mean f64, n u32, stamp u32
 //
 // Per-replica aggregates are not encoded: decoding recomputes them, so a
-// decoded ledger is consistent by construction. Flight handles stay valid
+// decoded ledger is consistent by construction. Neither is the timing of
+// queued prefills (prefillGroups): a decoded ledger counts them in full
+// until their first tokens. Flight handles stay valid
 // across an encode/decode round trip into a ledger of the same size.
 const (
 	ledgerVersion   = 1
@@ -171,6 +173,15 @@ func (l *Ledger) decode(b []byte) error {
 		} else {
 			r.QueuedN++
 			r.QueuedTokens += f.prefill
+			// The encoding carries no prefill timing: every queued
+			// flight joins one running group whose start is unknown,
+			// so Pick counts it in full until its first tokens.
+			g := &r.prefillGroups
+			f.group = g.run
+			g.runN++
+			g.runTokens += f.prefill
+			g.runSq += float64(f.prefill) * float64(f.prefill)
+			g.runN0, g.runTok0, g.runSq0 = g.runN, g.runTokens, g.runSq
 		}
 	}
 	for i := len(l.flights) - 1; i >= 0; i-- {

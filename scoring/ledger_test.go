@@ -39,6 +39,12 @@ func TestLedgerEncoding(t *testing.T) {
 		// encoding carries the work.
 		a.syncedSnap, b.syncedSnap, a.UnseenN, b.UnseenN, a.UnseenTokens, b.UnseenTokens = 0, 0, 0, 0, 0, 0
 		a.rate, b.rate = Rate{}, Rate{}
+		// Prefill timing is not encoded: the decoded ledger holds every
+		// queued flight in one running group of unknown start.
+		if ga, gb := &a.prefillGroups, &b.prefillGroups; gb.runN != ga.runN+ga.pendN || gb.runTokens != ga.runTokens+ga.pendTok || gb.pendN != 0 || gb.runStartNanos != 0 {
+			t.Fatalf("decoded replica %d prefill groups = %+v, want the queue of %+v in one group of unknown start", i, *gb, *ga)
+		}
+		a.prefillGroups, b.prefillGroups = prefillGroups{}, prefillGroups{}
 		if a != b {
 			t.Fatalf("decoded replica %d = %+v, want %+v", i, b, a)
 		}

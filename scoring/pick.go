@@ -57,10 +57,11 @@ const TopN = 4
 type Candidate struct {
 	// Index is the replica's index in the slice passed to Pick.
 	Index int
-	// WaitSec is W(r): queued prefill, the running batch's per-step
-	// slowdown, any KV or batch-slot wait, the loads of other adapters
-	// queued there without a GPU slot yet (each stalls the replica for its
-	// load time), plus StalePenaltySec when Stale.
+	// WaitSec is W(r): queued prefill (of the router's own prefill in
+	// progress, only what is left: see prefillGroups), the running batch's
+	// per-step slowdown, any KV or batch-slot wait, the loads of other
+	// adapters queued there without a GPU slot yet (each stalls the
+	// replica for its load time), plus StalePenaltySec when Stale.
 	WaitSec float64
 	// AdapterSec is A(r, a).
 	AdapterSec float64
@@ -250,8 +251,10 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		pw := &r.PeerWork
 		accQueuedN, accQueuedTokens, accDecodeN := pw.QueuedN, pw.QueuedTokens, pw.DecodeN
 		accDecodeTokens, accUnseenN, accUnseenTokens := pw.DecodeTokens, pw.UnseenN, pw.UnseenTokens
+		var g *prefillGroups
 		if l != nil && i < len(l.reps) {
 			lr := &l.reps[i]
+			g = &lr.prefillGroups
 			if lr.syncedSnap != r.ScrapedNanos {
 				l.sync(i, r.ScrapedNanos)
 			}
@@ -309,6 +312,7 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		uncached := float64(n - c.CachedTokens)
 		w := qN*h.PrefillFixedSec + qTok*h.PrefillSecPerToken + pendingSec
 		onReplica := qN + float64(accDecodeN+foreignRunning) // requests an adapter load stalls
+		hold := 0.0
 		if batch := accDecodeN + foreignRunning; batch > 0 {
 			b := float64(batch)
 			decodeTok := float64(accDecodeTokens) + float64(foreignRunning)*outMean/2
@@ -324,7 +328,6 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 				steps = ceil(x / perStep)
 			}
 			w += step/2 + steps*b*h.DecodeStepSecPerSeq
-			hold := 0.0
 			if kvCap := float64(r.kvCapacity()); kvCap > 0 {
 				usage := r.KVUsage
 				if !(usage <= 1) { // NaN counts as full
@@ -355,6 +358,45 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 				// 22 s, and 13 adapters sharing its 4 slots from then on).
 				c.AdapterSec += step * decodeTok / b * float64(releases)
 			}
+		}
+		if g != nil {
+			// Progress of the router's own prefill in flight here (see
+			// prefillGroups). Above it counts in full, however long ago
+			// it started, so every busy replica looked alike and the
+			// tie-break chose among them at random, where the one that
+			// frees first was wanted (bimodal: 172 of 1095 requests
+			// arrived with all four replicas busy). What is left is its
+			// duration minus the time since it started, never more than
+			// the count above. The duration is the profile's prefill time
+			// of its prompts, attention's quadratic part included (a
+			// 100k-token prompt spends more on attention than on the
+			// linear part, and without it a long prefill would look
+			// nearly done long before its end), or, where groups of this
+			// router were observed to take longer here (co-batched
+			// foreign work, a slower engine than the profile), that rate
+			// applied to this group. Once the duration has passed
+			// without a first token, the estimate failed and the group
+			// counts in full again.
+			// Only a group whose start is known (nothing foreign was
+			// queued ahead when it was sent) is credited, and not while a
+			// KV or batch-slot wait means admission may not have
+			// happened. Later prefills count in full: they wait for it.
+			if g.runN > 0 && g.runStartNanos > 0 && hold == 0 {
+				full := float64(g.runN)*h.PrefillFixedSec + float64(g.runTokens)*h.PrefillSecPerToken
+				dur := full + g.runSq*h.PrefillSecPerToken2
+				if g.obsSamples > 0 {
+					est := g.obsN*h.PrefillFixedSec + g.obsTok*h.PrefillSecPerToken + g.obsSq*h.PrefillSecPerToken2
+					if est > 0 && g.obsSec > est {
+						dur *= g.obsSec / est
+					}
+				}
+				if e := float64(nowNanos-g.runStartNanos) / 1e9; e >= 0 && e < dur && dur-e < full {
+					w -= full - (dur - e)
+				}
+			}
+			// Dispatch reads this: a request sent here now starts at the
+			// next step boundary only if nothing foreign is queued ahead.
+			g.clearSeen, g.clearNanos = foreignWaiting == 0 && pw.QueuedN == 0 && hold == 0, nowNanos
 		}
 		if r.ScrapedNanos == 0 || nowNanos-r.ScrapedNanos > staleNanos {
 			c.Stale = true

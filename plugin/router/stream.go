@@ -248,7 +248,7 @@ func (s *stream) OnHttpResponseBody(bodySize int, endOfStream bool) types.Action
 			r.calibrators[i].Observe(&r.priors[i], s.uncached, ttft, s.expectedWaitSec)
 			r.replicas[i].Hardware = r.calibrators[i].Apply(&r.priors[i])
 		}
-		r.ledger.FirstToken(s.flight)
+		r.ledger.FirstTokenAt(s.flight, now)
 		r.publishWorkOn(i, now)
 	}
 	if bodySize > 0 {
