@@ -30,10 +30,8 @@ type Ledger struct {
 	held  []int32  // scratch for Pick: adapters remembered on each replica (GPU or host)
 	// fresh is scratch for Pick: per replica, the other adapters sent there
 	// after its snapshot was taken that the snapshot does not list (each
-	// holds or waits for a GPU slot the snapshot shows free); sentAt, when
-	// the adapter last passed to markAdapter was last sent there (0: never).
-	fresh  []int32
-	sentAt []int64
+	// holds or waits for a GPU slot the snapshot shows free).
+	fresh []int32
 	// pending is scratch for Pick: per replica, the seconds of adapter loads
 	// still to run there for other adapters this router (or a peer whose
 	// placements were merged) sent, that have no GPU slot yet: listed as
@@ -201,7 +199,6 @@ func NewLedger(p Params, maxReplicas, maxInFlight int) *Ledger {
 		host:    make([]uint64, (maxReplicas+63)/64),
 		held:    make([]int32, maxReplicas),
 		fresh:   make([]int32, maxReplicas),
-		sentAt:  make([]int64, maxReplicas),
 		pending: make([]float64, maxReplicas),
 		gpuHeld: make([]int32, maxReplicas),
 	}
@@ -648,14 +645,12 @@ func (l *Ledger) rememberAdapter(adapter uint64, replica int32, until int64) {
 // Params.AdapterHostMemory after that): engines keep recently used
 // adapters in a CPU LoRA cache (vLLM --max-cpu-loras) that no metric shows.
 // It also counts, per replica, the other adapters sent there since
-// replicas' snapshot that the snapshot does not list (l.fresh), and notes
-// when adapter was last sent to each (l.sentAt).
+// replicas' snapshot that the snapshot does not list (l.fresh).
 func (l *Ledger) markAdapter(adapter uint64, replicas []Replica, nowNanos int64) {
 	clear(l.mark)
 	clear(l.host)
 	clear(l.held)
 	clear(l.fresh)
-	clear(l.sentAt)
 	clear(l.pending)
 	clear(l.gpuHeld)
 	l.waitHash, l.waitOff = l.waitHash[:0], append(l.waitOff[:0], 0)
@@ -710,7 +705,6 @@ func (l *Ledger) markAdapter(adapter uint64, replicas []Replica, nowNanos int64)
 			}
 			continue
 		}
-		l.sentAt[a.replica] = a.until - mem
 		bit := uint64(1) << (uint(a.replica) & 63)
 		switch {
 		case a.until > nowNanos:
@@ -756,15 +750,6 @@ func (l *Ledger) freshOn(replica int) int {
 		return 0
 	}
 	return int(l.fresh[replica])
-}
-
-// sentAtOn returns when the adapter last passed to markAdapter was last
-// sent to replica (0: not remembered).
-func (l *Ledger) sentAtOn(replica int) int64 {
-	if l == nil || replica >= len(l.sentAt) {
-		return 0
-	}
-	return l.sentAt[replica]
 }
 
 // heldOn returns how many adapters the ledger remembers on replica (in GPU
