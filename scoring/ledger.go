@@ -45,6 +45,13 @@ type Ledger struct {
 	// gpuHeld is scratch for Pick: per replica, the other adapters
 	// remembered in its GPU slots (sent within Params.AdapterMemory).
 	gpuHeld []int32
+	// otherRate holds, per replica, the send rates of the other adapters
+	// remembered there (GPU or host memory), replica i's at
+	// otherRate[rateOff[i]:rateOff[i+1]]; selfRate the adapter's own rate
+	// on each replica (scratch for Pick, filled by markAdapter).
+	otherRate []float64
+	rateOff   []int32
+	selfRate  []float64
 	// promptMean is an EWMA of the uncached prompt tokens of dispatched
 	// requests, outputMean of completed outputs; 0 until the first sample.
 	promptMean float64
@@ -154,6 +161,10 @@ type adapterMem struct {
 	// prev is the until of the send before the last one (0: none known):
 	// where the adapter was when it was last sent, so what its load costs.
 	prev int64
+	// rate is how often adapter was sent to replica (time constant
+	// Params.AdapterMemory, the span the router counts it resident): the
+	// input of the LRU model that prices displacing it (cheMisses).
+	rate Rate
 }
 
 // AdapterPlacement is one entry of a Ledger's adapter memory: adapter (its
@@ -201,6 +212,10 @@ func NewLedger(p Params, maxReplicas, maxInFlight int) *Ledger {
 		fresh:   make([]int32, maxReplicas),
 		pending: make([]float64, maxReplicas),
 		gpuHeld: make([]int32, maxReplicas),
+		// One rate per adapter memory entry at most.
+		otherRate: make([]float64, 0, ledgerAdapterSlots),
+		rateOff:   make([]int32, 0, maxReplicas+1),
+		selfRate:  make([]float64, maxReplicas),
 	}
 	for i := maxInFlight - 1; i >= 0; i-- {
 		l.free = append(l.free, int32(i))
@@ -371,7 +386,7 @@ func (l *Ledger) Dispatch(replica int, req *Request, uncachedTokens int, nowNano
 	// routers behind one gateway see the same traffic.
 	l.promptMean = ewma(l.promptMean, float64(max(uncachedTokens, 1)))
 	if req.Adapter != "" {
-		l.rememberAdapter(HashString(req.Adapter), int32(replica), nowNanos+int64(l.p.AdapterMemory))
+		l.rememberAdapter(HashString(req.Adapter), int32(replica), nowNanos, nowNanos+int64(l.p.AdapterMemory))
 	}
 	return Flight(uint64(gen)<<32 | uint64(slot))
 }
@@ -609,22 +624,28 @@ func (l *Ledger) MergeAdapterPlacement(pl AdapterPlacement) {
 		a := &l.adapt[i]
 		if a.adapter == pl.Adapter && int(a.replica) == pl.Replica {
 			if pl.UntilNanos > a.until {
+				// A later send by the peer: one more request there.
 				a.prev, a.until = a.until, pl.UntilNanos
+				a.rate.Add(pl.UntilNanos-int64(l.p.AdapterMemory), l.p.AdapterMemory.Seconds())
 			}
 			return
 		}
 	}
-	l.rememberAdapter(pl.Adapter, int32(pl.Replica), pl.UntilNanos)
+	l.rememberAdapter(pl.Adapter, int32(pl.Replica), pl.UntilNanos-int64(l.p.AdapterMemory), pl.UntilNanos)
 }
 
-func (l *Ledger) rememberAdapter(adapter uint64, replica int32, until int64) {
+// rememberAdapter records a send of adapter to replica at sentNanos, counted
+// resident until untilNanos.
+func (l *Ledger) rememberAdapter(adapter uint64, replica int32, sentNanos, until int64) {
 	victim := -1
+	window := l.p.AdapterMemory.Seconds()
 	for i := range l.adapt {
 		a := &l.adapt[i]
 		if a.adapter == adapter && a.replica == replica {
 			if until > a.until {
 				a.prev, a.until = a.until, until
 			}
+			a.rate.Add(sentNanos, window)
 			return
 		}
 		if victim < 0 || a.until < l.adapt[victim].until {
@@ -632,6 +653,7 @@ func (l *Ledger) rememberAdapter(adapter uint64, replica int32, until int64) {
 		}
 	}
 	m := adapterMem{adapter: adapter, replica: replica, until: until}
+	m.rate.Add(sentNanos, window)
 	if len(l.adapt) < cap(l.adapt) {
 		l.adapt = append(l.adapt, m)
 	} else if victim >= 0 {
@@ -653,6 +675,8 @@ func (l *Ledger) markAdapter(adapter uint64, replicas []Replica, nowNanos int64)
 	clear(l.fresh)
 	clear(l.pending)
 	clear(l.gpuHeld)
+	clear(l.selfRate)
+	l.otherRate, l.rateOff = l.otherRate[:0], l.rateOff[:0]
 	l.waitHash, l.waitOff = l.waitHash[:0], append(l.waitOff[:0], 0)
 	if len(l.adapt) == 0 {
 		return
@@ -713,6 +737,57 @@ func (l *Ledger) markAdapter(adapter uint64, replicas []Replica, nowNanos int64)
 			l.host[a.replica>>6] |= bit
 		}
 	}
+	l.markRates(adapter, nowNanos)
+}
+
+// markRates fills l.otherRate, l.rateOff and l.selfRate for adapter at
+// nowNanos from the placements remembered in GPU or host memory, grouped by
+// replica (counting sort over the memory: no allocation once the scratch
+// has grown to the memory's size).
+func (l *Ledger) markRates(adapter uint64, nowNanos int64) {
+	n := len(l.reps)
+	l.rateOff = l.rateOff[:0]
+	for range n + 1 {
+		l.rateOff = append(l.rateOff, 0)
+	}
+	keep := int64(l.p.AdapterHostMemory)
+	for i := range l.adapt {
+		a := &l.adapt[i]
+		if int(a.replica) < n && a.adapter != adapter && a.until+keep > nowNanos {
+			l.rateOff[a.replica]++
+		}
+	}
+	for i := 1; i <= n; i++ {
+		l.rateOff[i] += l.rateOff[i-1]
+	}
+	total := int(l.rateOff[n])
+	for range total {
+		l.otherRate = append(l.otherRate, 0)
+	}
+	window := l.p.AdapterMemory.Seconds()
+	// rateOff[r] is now the end of replica r's run (rateOff[n] the total);
+	// filling backwards leaves it at the start.
+	for i := len(l.adapt) - 1; i >= 0; i-- {
+		a := &l.adapt[i]
+		if int(a.replica) >= n || a.until+keep <= nowNanos {
+			continue
+		}
+		if a.adapter == adapter {
+			l.selfRate[a.replica] = a.rate.At(nowNanos, window)
+			continue
+		}
+		l.rateOff[a.replica]--
+		l.otherRate[l.rateOff[a.replica]] = a.rate.At(nowNanos, window)
+	}
+}
+
+// adapterRates returns the send rates of the other adapters remembered on
+// replica and the adapter's own there, as of the last markAdapter.
+func (l *Ledger) adapterRates(replica int) ([]float64, float64) {
+	if l == nil || replica+1 >= len(l.rateOff) {
+		return nil, 0
+	}
+	return l.otherRate[l.rateOff[replica]:l.rateOff[replica+1]], l.selfRate[replica]
 }
 
 // listsAdapter reports whether r's snapshot lists the adapter hashing to h.

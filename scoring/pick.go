@@ -74,8 +74,9 @@ type Candidate struct {
 	// for those arriving while it waits and prefills, where λ is the mean
 	// arrival rate per open replica (the ledger's dispatches plus
 	// PeerWork.ArrivalPerSec), plus N_r · A for the N_r requests already
-	// on r that an adapter load stalls, plus (1 + N_r) times the reload an
-	// adapter displaced from r's GPU slots or host cache will need;
+	// on r that an adapter load stalls, plus (1 + N_r) times the reloads
+	// the other adapters on r will need because this one shares r's GPU
+	// slots and host cache with them (reloadCost);
 	// scaled by Params.ExternalityWeight.
 	ExternalSec float64
 	// Stale is true when the replica's snapshot was older than
@@ -198,7 +199,7 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		h := &r.Hardware
 
 		// A(r, a).
-		slotWait, evicts, displaces, releases, pendingSec := false, false, false, 0, 0.0
+		slotWait, reloadSec, releases, pendingSec := false, 0.0, 0, 0.0
 		if req.Adapter != "" {
 			held := l.remembered(i)
 			if held == TierStorage && i < len(req.AdapterRecent) && req.AdapterRecent[i] {
@@ -215,20 +216,14 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 			switch {
 			case ok:
 				c.AdapterSec = a
-				// Bringing in an adapter the replica's host cache does not
-				// hold pushes out the least recently used one, whose next
-				// request there pays a load from storage instead of host
-				// memory: a cost to others, counted in the externality.
-				// The cache's content is what this router sent there.
-				hostSlots := r.AdapterHostSlots
-				if hostSlots <= 0 {
-					hostSlots = r.AdapterSlots
+				if p.ExternalityWeight > 0 {
+					reloadSec = reloadCost(p, r, l, i)
 				}
-				evicts = a > 0 && hostSlots > 0 && held == TierStorage && l.heldOn(i) >= hostSlots
-				// Likewise a GPU slot, whose adapter reloads from host.
-				displaces = a > 0 && r.AdapterSlots > 0 && l.gpuHeldOn(i) >= r.AdapterSlots
 			case waitForSlot && r.AdapterSlots != 0:
 				c.AdapterSec, slotWait = r.Hardware.AdapterLoadStorageSec+p.AdapterToleranceSec, true
+				if p.ExternalityWeight > 0 {
+					reloadSec = reloadCost(p, r, l, i)
+				}
 			default:
 				d.NoAdapterSlot++
 				c.Index = -1
@@ -419,21 +414,13 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		// load LoRA weights inside the scheduler step (vLLM's LRU adapter
 		// manager activates them before the forward pass), so the whole
 		// batch and queue wait A.
-		// Displacing an adapter this router placed on r (the least
-		// recently used one in r's GPU slots when the ledger remembers
-		// them full, or in its host cache likewise) makes that adapter's
-		// next request there reload it: from host memory for a slot, from
-		// storage instead of host memory for the cache. That reload runs
-		// inside a step too, so it costs its own request and the ones on r
-		// then, counted as the ones on r now: reload · (1 + N_r).
+		// Sharing r's GPU slots and host cache with the adapters this
+		// router placed there makes them reload sooner (reloadCost). Each
+		// reload runs inside a step too, so it costs its own request and
+		// the ones on r then, counted as the ones on r now: (1 + N_r).
 		if p.ExternalityWeight > 0 {
 			ext := lamBar*c.TotalSec()*(c.AdapterSec+c.PrefillSec) + onReplica*c.AdapterSec
-			if evicts {
-				ext += (h.AdapterLoadStorageSec - h.AdapterLoadHostSec) * (1 + onReplica)
-			}
-			if displaces {
-				ext += h.AdapterLoadHostSec * (1 + onReplica)
-			}
+			ext += reloadSec * (1 + onReplica)
 			c.ExternalSec = p.ExternalityWeight * ext
 		}
 
@@ -509,6 +496,41 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 
 // ceil is math.Ceil for the non-negative step counts of waitSec, without
 // the call: values beyond 2⁵² (or NaN) are returned as they are.
+// reloadCost returns the reload seconds that one more request of the
+// adapter on replica i costs the other adapters remembered there, per
+// request: r's GPU slots and host cache are LRU caches (cheMisses) over
+// the adapters sent there, at the rates this router (and its peers) sent
+// them, and this request adds one send (1/AdapterMemory per second in the
+// ledger's rate) to the adapter's rate there. The others' extra misses of
+// the GPU slots each reload from host memory, those of the host cache from
+// storage instead. The adapter's own later misses are not counted: its
+// next request is priced by its own A where it goes.
+//
+// A count of the adapters remembered against the slots said only whether
+// something is displaced, the same on every replica whose caches are
+// full, so a new adapter went where the queue was shortest: on lora
+// seed 4 the replica without popular adapters collected 12 rare ones for
+// its 8 host slots, and their requests reloaded from storage (99 storage
+// loads against always-warm's 32). The rates say how soon the displaced
+// ones come back: a cache shared with one popular adapter keeps its rare
+// ones longer than one cycling through many.
+func reloadCost(p *Params, r *Replica, l *Ledger, i int) float64 {
+	window := p.AdapterMemory.Seconds()
+	if !(window > 0) {
+		return 0
+	}
+	others, own := l.adapterRates(i)
+	one := 1 / window
+	hostSlots := r.AdapterHostSlots
+	if hostSlots <= 0 {
+		hostSlots = r.AdapterSlots
+	}
+	h := &r.Hardware
+	gpu := (cheMisses(others, own+one, r.AdapterSlots) - cheMisses(others, own, r.AdapterSlots)) / one
+	host := (cheMisses(others, own+one, hostSlots) - cheMisses(others, own, hostSlots)) / one
+	return gpu*h.AdapterLoadHostSec + host*(h.AdapterLoadStorageSec-h.AdapterLoadHostSec)
+}
+
 func ceil(x float64) float64 {
 	if !(x < 1<<52) {
 		return x

@@ -944,6 +944,10 @@ func TestAdapterPendingLoads(t *testing.T) {
 // externality counts the reload once per request on the replica plus one:
 // from host memory for a GPU slot, from storage (less the host load it
 // would have paid) for a host-cache entry.
+// TestAdapterDisplacementCost checks the price of sharing a full cache:
+// with one other adapter sent once, as recently as this one, the two are
+// equally likely to be the one cached (Che: e^(−λT) = 1/2 each), so this
+// request costs the other half a reload, times the requests it stalls.
 func TestAdapterDisplacementCost(t *testing.T) {
 	snap := 100 * sec
 	now := snap + sec/100
@@ -956,17 +960,20 @@ func TestAdapterDisplacementCost(t *testing.T) {
 	}{
 		{name: "room everywhere", slots: 4, hostSlots: 8, want: func(*Hardware) float64 { return 0 }},
 		{name: "gpu slot taken", slots: 1, hostSlots: 8,
-			want: func(h *Hardware) float64 { return h.AdapterLoadHostSec * (1 + running) }},
+			want: func(h *Hardware) float64 { return 0.5 * h.AdapterLoadHostSec * (1 + running) }},
 		{name: "host cache full", slots: 4, hostSlots: 1,
-			want: func(h *Hardware) float64 { return (h.AdapterLoadStorageSec - h.AdapterLoadHostSec) * (1 + running) }},
+			want: func(h *Hardware) float64 {
+				return 0.5 * (h.AdapterLoadStorageSec - h.AdapterLoadHostSec) * (1 + running)
+			}},
 	}
 	ext := func(slots, hostSlots int) (float64, *Hardware) {
 		rs := fleet("h100", 1, snap)
 		rs[0].AdapterSlots, rs[0].AdapterHostSlots = slots, hostSlots
 		rs[0].RunningRequests = running
 		l := NewLedger(p, 1, 8)
-		// Idle since (not listed): it holds a slot the snapshot shows free.
-		l.Cancel(l.Dispatch(0, &Request{PromptTokens: 100, Adapter: "old"}, 100, snap-5*sec))
+		// Idle since (not listed), sent at the snapshot: not fresh, so
+		// its slot is free to take.
+		l.Cancel(l.Dispatch(0, &Request{PromptTokens: 100, Adapter: "old"}, 100, snap))
 		var d Decision
 		Pick(&p, &Request{PromptTokens: 100, Adapter: "new"}, rs, nil, l, now, &d)
 		c, ok := d.Chosen()
@@ -978,8 +985,84 @@ func TestAdapterDisplacementCost(t *testing.T) {
 	base, _ := ext(4, 8)
 	for _, tt := range tests {
 		got, h := ext(tt.slots, tt.hostSlots)
-		if want := tt.want(h); math.Abs(got-base-want) > 1e-9 {
+		// The old adapter's rate has decayed for 10 ms of a 60 s window.
+		if want := tt.want(h); math.Abs(got-base-want) > 1e-3*want+1e-12 {
 			t.Errorf("%s: ExternalSec − ExternalSec(room) = %v, want %v", tt.name, got-base, want)
+		}
+	}
+}
+
+// TestReloadCostByRates checks that displacement is priced by how soon the
+// displaced adapters come back, not by whether the caches are full: two
+// replicas whose host caches (2 slots) both hold 3 adapters, one with a
+// popular adapter and two rare ones, the other with three of equal rates.
+// A new adapter on the first mostly competes with the rare ones, which
+// the popular one already pushes out; on the second it pushes out adapters
+// that come back as often as each other. (A count of adapters against the
+// slots priced both the same.)
+func TestReloadCostByRates(t *testing.T) {
+	snap := 100 * sec
+	now := snap + sec/100
+	p := exactParams()
+	rs := fleet("h100", 2, snap)
+	l := NewLedger(p, 2, 64)
+	send := func(replica int, adapter string, times int) {
+		for k := range times {
+			at := snap - int64(times-k)*sec/2
+			l.Cancel(l.Dispatch(replica, &Request{PromptTokens: 100, Adapter: adapter}, 100, at))
+		}
+	}
+	send(0, "hot", 30)
+	send(0, "rare-a", 1)
+	send(0, "rare-b", 1)
+	send(1, "even-a", 10)
+	send(1, "even-b", 10)
+	send(1, "even-c", 10)
+	for i := range rs {
+		rs[i].AdapterSlots, rs[i].AdapterHostSlots = 4, 2
+	}
+	var d Decision
+	Pick(&p, &Request{PromptTokens: 100, Adapter: "new"}, rs, nil, l, now, &d)
+	ext := [2]float64{}
+	for i := 0; i < d.NumTop; i++ {
+		ext[d.Top[i].Index] = d.Top[i].ExternalSec
+	}
+	if !(ext[0] < ext[1]) {
+		t.Errorf("ExternalSec(popular and rare) = %v, ExternalSec(even) = %v, want the first lower", ext[0], ext[1])
+	}
+	if d.Index != 0 {
+		t.Errorf("Pick(new adapter) = replica %d, want 0 (its cache keeps the others)", d.Index)
+	}
+	// The rates are scratch the ledger keeps: no allocation per decision.
+	req := Request{PromptTokens: 100, Adapter: "new"}
+	if n := testing.AllocsPerRun(100, func() { Pick(&p, &req, rs, nil, l, now, &d) }); n != 0 {
+		t.Errorf("Pick(adapter) allocates %v times per run, want 0", n)
+	}
+}
+
+// TestCheMisses checks Che's approximation on cases with closed forms.
+func TestCheMisses(t *testing.T) {
+	tests := []struct {
+		name  string
+		rates []float64
+		extra float64
+		slots int
+		want  float64
+	}{
+		{name: "fits", rates: []float64{1, 2, 3}, slots: 3, want: 0},
+		{name: "fits with extra", rates: []float64{1, 2}, extra: 5, slots: 3, want: 0},
+		{name: "zero rates absent", rates: []float64{0, 1, 0}, extra: 1, slots: 2, want: 0},
+		{name: "no slots", rates: []float64{1, 1}, slots: 0, want: 0},
+		// Two equal items, one slot: e^(−λT) = 1/2 each.
+		{name: "two equal one slot", rates: []float64{2}, extra: 2, slots: 1, want: 1},
+		// n equal items, n−1 slots: each misses with probability 1/n.
+		{name: "four equal three slots", rates: []float64{1, 1, 1}, extra: 1, slots: 3, want: 0.75},
+		// Scaling the rates scales the misses.
+		{name: "scaled", rates: []float64{10, 10, 10}, extra: 10, slots: 3, want: 7.5},
+	}
+	for _, tt := range tests {
+		if got := cheMisses(tt.rates, tt.extra, tt.slots); math.Abs(got-tt.want) > 1e-6 {
+			t.Errorf("%s: cheMisses(%v, %v, %d) = %v, want %v", tt.name, tt.rates, tt.extra, tt.slots, got, tt.want)
 		}
 	}
 }

@@ -1,0 +1,69 @@
+package scoring
+
+import "math"
+
+// cheMisses returns the rate at which the items requested at rates miss an
+// LRU cache of capacity slots that they share with one more item requested
+// at rate extra (0: none), all independent Poisson streams (rates per
+// second; zero rates are absent items), by Che's approximation (H. Che,
+// Y. Tung, Z. Wang, "Hierarchical Web caching systems: modeling, design and
+// experimental results", IEEE JSAC 20(7), 2002): an item stays cached for a
+// characteristic time T after its last request, where T solves
+//
+//	Σ_b (1 − e^(−λ_b·T)) = slots
+//
+// over all items, extra included, so item b misses with probability
+// e^(−λ_b·T) and the items of rates miss at Σ_b λ_b·e^(−λ_b·T). With no
+// more items than slots nothing misses. The result scales with the rates
+// (T scales inversely), so a difference divided by a rate is invariant: the
+// rates need only be right relative to each other.
+//
+// An engine's LoRA caches are such caches: vLLM keeps max_loras adapters on
+// the GPU and max_cpu_loras in host memory, each evicting the least
+// recently used.
+func cheMisses(rates []float64, extra float64, slots int) float64 {
+	if slots <= 0 {
+		return 0
+	}
+	items, sum := 0, 0.0
+	for _, x := range rates {
+		if x > 0 {
+			items++
+			sum += x
+		}
+	}
+	if extra > 0 {
+		items++
+		sum += extra
+	}
+	if items <= slots || !(sum < math.Inf(1)) {
+		return 0
+	}
+	// f(T) = Σ(1 − e^(−λT)) − slots is increasing and concave with
+	// f(0) = −slots and f′(T) = Σ λ·e^(−λT), the total miss rate; Newton
+	// from T = 0 stays below the root and climbs to it monotonically.
+	c := float64(slots)
+	t, miss, own := 0.0, sum, 0.0
+	for range 64 {
+		f := -c
+		miss = 0
+		for _, x := range rates {
+			if x > 0 {
+				e := math.Exp(-x * t)
+				f += 1 - e
+				miss += x * e
+			}
+		}
+		own = 0
+		if extra > 0 {
+			e := math.Exp(-extra * t)
+			f += 1 - e
+			own = extra * e
+		}
+		if !(miss+own > 0) || f > -1e-9*c {
+			break
+		}
+		t -= f / (miss + own)
+	}
+	return miss
+}
