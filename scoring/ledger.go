@@ -27,7 +27,6 @@ type Ledger struct {
 	est   []outputEst
 	mark  []uint64 // scratch bitset for Pick: replicas remembered to hold the adapter in GPU memory
 	host  []uint64 // scratch bitset for Pick: replicas remembered to hold it in host memory
-	held  []int32  // scratch for Pick: adapters remembered on each replica (GPU or host)
 	// fresh is scratch for Pick: per replica, the other adapters sent there
 	// after its snapshot was taken that the snapshot does not list (each
 	// holds or waits for a GPU slot the snapshot shows free).
@@ -42,9 +41,6 @@ type Ledger struct {
 	// (scratch for markAdapter: hashed once per replica, not per entry).
 	waitHash []uint64
 	waitOff  []int32
-	// gpuHeld is scratch for Pick: per replica, the other adapters
-	// remembered in its GPU slots (sent within Params.AdapterMemory).
-	gpuHeld []int32
 	// otherRate holds, per replica, the send rates of the other adapters
 	// remembered there (GPU or host memory), replica i's at
 	// otherRate[rateOff[i]:rateOff[i+1]]; selfRate the adapter's own rate
@@ -208,10 +204,8 @@ func NewLedger(p Params, maxReplicas, maxInFlight int) *Ledger {
 		est:     make([]outputEst, 0, ledgerEstimators),
 		mark:    make([]uint64, (maxReplicas+63)/64),
 		host:    make([]uint64, (maxReplicas+63)/64),
-		held:    make([]int32, maxReplicas),
 		fresh:   make([]int32, maxReplicas),
 		pending: make([]float64, maxReplicas),
-		gpuHeld: make([]int32, maxReplicas),
 		// One rate per adapter memory entry at most.
 		otherRate: make([]float64, 0, ledgerAdapterSlots),
 		rateOff:   make([]int32, 0, maxReplicas+1),
@@ -671,10 +665,8 @@ func (l *Ledger) rememberAdapter(adapter uint64, replica int32, sentNanos, until
 func (l *Ledger) markAdapter(adapter uint64, replicas []Replica, nowNanos int64) {
 	clear(l.mark)
 	clear(l.host)
-	clear(l.held)
 	clear(l.fresh)
 	clear(l.pending)
-	clear(l.gpuHeld)
 	clear(l.selfRate)
 	l.otherRate, l.rateOff = l.otherRate[:0], l.rateOff[:0]
 	l.waitHash, l.waitOff = l.waitHash[:0], append(l.waitOff[:0], 0)
@@ -696,14 +688,12 @@ func (l *Ledger) markAdapter(adapter uint64, replicas []Replica, nowNanos int64)
 		if int(a.replica) >= len(l.reps) || a.until+int64(l.p.AdapterHostMemory) <= nowNanos {
 			continue
 		}
-		l.held[a.replica]++
 		if a.adapter != adapter {
 			// Sent after the snapshot: its requests hold a slot or wait
 			// for one, and the snapshot (which lists the adapters with
 			// requests) counted the slot free. Until the next scrape only
 			// this memory knows; at a cold start that is every slot.
 			if int(a.replica) < len(replicas) && a.until > nowNanos {
-				l.gpuHeld[a.replica]++
 				r := &replicas[a.replica]
 				sent := a.until - mem
 				waiting := false
@@ -800,15 +790,6 @@ func listsAdapter(r *Replica, h uint64) bool {
 	return false
 }
 
-// gpuHeldOn returns how many other adapters the ledger remembers in
-// replica's GPU slots, as of the last markAdapter.
-func (l *Ledger) gpuHeldOn(replica int) int {
-	if l == nil || replica >= len(l.gpuHeld) {
-		return 0
-	}
-	return int(l.gpuHeld[replica])
-}
-
 // pendingOn returns the seconds of other adapters' loads still to run on
 // replica, as of the last markAdapter.
 func (l *Ledger) pendingOn(replica int) float64 {
@@ -825,15 +806,6 @@ func (l *Ledger) freshOn(replica int) int {
 		return 0
 	}
 	return int(l.fresh[replica])
-}
-
-// heldOn returns how many adapters the ledger remembers on replica (in GPU
-// or host memory) as of the last markAdapter.
-func (l *Ledger) heldOn(replica int) int {
-	if l == nil || replica >= len(l.held) {
-		return 0
-	}
-	return int(l.held[replica])
 }
 
 // remembered returns where the ledger believes replica holds the adapter
