@@ -494,8 +494,6 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 	}
 }
 
-// ceil is math.Ceil for the non-negative step counts of waitSec, without
-// the call: values beyond 2⁵² (or NaN) are returned as they are.
 // reloadCost returns the reload seconds that one more request of the
 // adapter on replica i costs the other adapters remembered there, per
 // request: r's GPU slots and host cache are LRU caches (cheMisses) over
@@ -520,6 +518,9 @@ func reloadCost(p *Params, r *Replica, l *Ledger, i int) float64 {
 		return 0
 	}
 	others, own := l.adapterRates(i)
+	if len(others) == 0 {
+		return 0 // nothing of this router's there to displace
+	}
 	one := 1 / window
 	hostSlots := r.AdapterHostSlots
 	if hostSlots <= 0 {
@@ -531,6 +532,8 @@ func reloadCost(p *Params, r *Replica, l *Ledger, i int) float64 {
 	return gpu*h.AdapterLoadHostSec + host*(h.AdapterLoadStorageSec-h.AdapterLoadHostSec)
 }
 
+// ceil is math.Ceil for the non-negative step counts of waitSec, without
+// the call: values beyond 2⁵² (or NaN) are returned as they are.
 func ceil(x float64) float64 {
 	if !(x < 1<<52) {
 		return x
