@@ -12,8 +12,8 @@ import (
 //	        promptMean f64, outputMean f64, clock u32,
 //	        flights u16, adapters u16
 //	flight  (43 bytes): slot u32, gen u32, first u8, replica u16,
-//	        dispatched i64, prefill u32, maxTokens u32, expect u32,
-//	        streamed u32, key u64
+//	        dispatched i64 (in [0, maxDispatchNanos)), prefill u32,
+//	        maxTokens u32, expect u32, streamed u32, key u64
 //	adapter (18 bytes): adapter u64, replica u16, until i64
 //	estimators: count u8, then (24 bytes) key u64, mean f64, n u32, stamp u32
 //
@@ -28,6 +28,10 @@ const (
 	ledgerFlightLen = 43
 	ledgerAdaptLen  = 18
 	ledgerEstLen    = 24
+	// maxDispatchNanos bounds a decoded dispatch time (Unix nanoseconds,
+	// the year 2116): a flight stamped further in the future would outlive
+	// every Sweep and count as load forever.
+	maxDispatchNanos = 1 << 62
 )
 
 // EncodedLen returns the length of the ledger's binary encoding.
@@ -145,6 +149,9 @@ func (l *Ledger) decode(b []byte) error {
 		}
 		if rep >= len(l.reps) {
 			return ledgerErr("flight replica bound", rep, len(l.reps)-1)
+		}
+		if d := int64(le64(e[11:])); d < 0 || d >= maxDispatchNanos {
+			return errors.New("scoring: ledger encoding flight dispatch time " + strconv.FormatInt(d, 10) + " out of [0, 2^62)")
 		}
 		f := &l.flights[slot]
 		*f = flight{

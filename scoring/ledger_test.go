@@ -62,6 +62,9 @@ func TestLedgerEncoding(t *testing.T) {
 		{name: "size mismatch", b: enc, into: NewLedger(DefaultParams(), 9, 32)},
 		{name: "truncated", b: enc[:len(enc)-1], into: NewLedger(DefaultParams(), 8, 32)},
 		{name: "version", b: append([]byte{7}, enc[1:]...), into: NewLedger(DefaultParams(), 8, 32)},
+		// A flight stamped beyond 2^62 would outlive every Sweep (found by
+		// FuzzLedgerDecode).
+		{name: "dispatch in the far future", b: farFuture(enc), into: NewLedger(DefaultParams(), 8, 32)},
 	}
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {
@@ -73,6 +76,16 @@ func TestLedgerEncoding(t *testing.T) {
 			}
 		})
 	}
+}
+
+// farFuture returns enc with its first flight's dispatch time set to 2^62.
+func farFuture(enc []byte) []byte {
+	b := append([]byte(nil), enc...)
+	at := ledgerHeaderLen + 11 // slot u32, gen u32, first u8, replica u16
+	for i := range 8 {
+		b[at+i] = byte(uint64(maxDispatchNanos) >> (8 * i))
+	}
+	return b
 }
 
 func FuzzLedgerDecode(f *testing.F) {
