@@ -86,6 +86,61 @@ func FuzzWorkRecordDecode(f *testing.F) {
 	})
 }
 
+// FuzzBoardPatch checks Board.Update's patch path (applyPatches). A board
+// that held a worker's publish takes whatever value comes next under the
+// key without panicking and keeps only valid figures. And when the value is
+// a real later publish of that worker (the fuzz input scripts its PutEntry
+// rewrites: entry and new figure per byte pair, any number of them), the
+// board ends with exactly what a whole decode of it gives, whether it took
+// the patches or, having missed too many, decoded it whole.
+func FuzzBoardPatch(f *testing.F) {
+	f.Add([]byte{5, 1})
+	f.Add([]byte{5, 1, 2, 9, 5, 3})
+	f.Add(bytes.Repeat([]byte{7, 2}, 12))
+	f.Add([]byte("GRWK\x03garbage"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		w := testRecord(3, 10, 7, 8)
+		w.NextPublish()
+		buf, _ := w.AppendBinary(nil)
+		var b Board
+		b.ConfigID = 7
+		if err := b.Update(3, 1, buf); err != nil {
+			t.Fatal(err)
+		}
+		// Any value: no panic, and whatever is held stays valid.
+		if b.Update(3, 2, in) == nil {
+			for i := range b.Record(3).Work {
+				if err := checkWork(&b.Record(3).Work[i]); err != nil {
+					t.Fatalf("Update(%q) holds an invalid entry: %v", in, err)
+				}
+			}
+		}
+		// A real later publish.
+		b = Board{ConfigID: 7}
+		if err := b.Update(3, 1, buf); err != nil {
+			t.Fatal(err)
+		}
+		for k := 0; k+1 < len(in) && k < 40; k += 2 {
+			i := int(in[k]) % len(w.Work)
+			w.Work[i].QueuedN = int64(in[k+1])
+			w.WrittenNanos++
+			if !w.PutEntry(buf, i) {
+				t.Fatalf("PutEntry(%d) = false", i)
+			}
+		}
+		if err := b.Update(3, 3, buf); err != nil {
+			t.Fatalf("Update(a later publish) = %v", err)
+		}
+		var whole WorkRecord
+		if err := whole.Decode(buf); err != nil {
+			t.Fatal(err)
+		}
+		if got := b.Record(3); !recEqual(got, &whole) || got.Seq != whole.Seq {
+			t.Fatalf("after publishes %v the board holds %+v, want the whole decode %+v", in, got, &whole)
+		}
+	})
+}
+
 func FuzzRegistryDecode(f *testing.F) {
 	var g Registry
 	for _, id := range []uint64{3, 1, 2} {
