@@ -62,6 +62,7 @@ var peerHeaders = [][2]string{{"content-type", "application/octet-stream"}}
 type peerLink struct {
 	epoch, next uint64      // cursor into the peer's journal
 	asking      bool        // a call is outstanding
+	self        bool        // the link reaches this gateway: never asked again
 	failing     peerFailure // how the last call failed (logged when it changes)
 	work        []scoring.Work
 	workNanos   int64 // when work was answered; 0: never
@@ -196,7 +197,7 @@ func (r *root) askPeers() {
 	pe := &r.cfg.PeerExchange
 	for i := range r.peers {
 		l := &r.peers[i]
-		if l.asking {
+		if l.asking || l.self {
 			continue
 		}
 		b := append(r.keyScratch[:0], pe.Path...)
@@ -246,9 +247,11 @@ func (r *root) peerAnswered(i, numHeaders, bodySize int) {
 	}
 	x := &r.peerExport
 	if r.journal != nil && x.Epoch != 0 && x.Epoch == r.journal.Epoch {
-		// Our own journal: the peer list names this gateway. Its work
-		// would count twice.
-		r.peerFailed(i, peerIsSelf, "answered with this gateway's own journal; remove it from peers")
+		// Our own journal: the peer list names this gateway, as it does
+		// when every gateway gets the same list (one WasmPlugin for all
+		// the pods of a gateway Deployment). Its work would count twice.
+		l.self, l.failing = true, peerOK
+		r.log.info("peer " + r.cfg.PeerExchange.Peers[i].Name + " is this gateway (its journal came back); not asking it again")
 		return
 	}
 	r.mapPeerReplicas(x)
@@ -290,7 +293,6 @@ const (
 	peerTimeout
 	peerStatus
 	peerGarbled
-	peerIsSelf
 )
 
 // mapPeerReplicas maps the peer's replica indices to ours by address (-1:
@@ -402,6 +404,8 @@ func (r *root) appendPeerStatus(b []byte, now int64) []byte {
 		}
 		b = append(b, `{"name":`...)
 		b = strconv.AppendQuote(b, r.cfg.PeerExchange.Peers[i].Name)
+		b = append(b, `,"self":`...)
+		b = strconv.AppendBool(b, l.self)
 		b = append(b, `,"failing":`...)
 		b = strconv.AppendBool(b, l.failing != peerOK)
 		b = append(b, `,"cursor":`...)

@@ -265,13 +265,13 @@ func TestPeerFailures(t *testing.T) {
 				t.Fatal("no worker's status lists the peer links (the leader's should)")
 				return ""
 			}
-			if s := status(); !strings.Contains(s, `"name":"b","failing":true`) {
+			if s := status(); !strings.Contains(s, `"name":"b","self":false,"failing":true`) {
 				t.Errorf("status while the peer fails = %s, want the link to b failing", s)
 			}
 			broken = false
 			b.route(0, strings.Repeat("a prompt for gateway b to journal. ", 20))
 			advanceBoth(a, b, 500*time.Millisecond)
-			if s := status(); !strings.Contains(s, `"name":"b","failing":false`) {
+			if s := status(); !strings.Contains(s, `"name":"b","self":false,"failing":false`) {
 				t.Errorf("status after the peer recovered = %s, want the link to b answering", s)
 			}
 			if a.metric(statPeerImported) == 0 {
@@ -286,20 +286,24 @@ func TestPeerFailures(t *testing.T) {
 	}
 }
 
-// TestPeerIsSelf: a peer list that names the gateway itself is noticed (its
-// own journal comes back) and ignored, so its work never counts twice.
+// TestPeerIsSelf: a peer list that names the gateway itself (as one list
+// for every gateway does) is noticed when its own journal comes back; the
+// link is not asked again, nothing is imported, and its work never counts
+// twice.
 func TestPeerIsSelf(t *testing.T) {
 	a := newTestFleet(t, 1, 2, "")
 	// The cluster cannot call back into the host making the call, so it
 	// replays what the gateway answered when asked directly.
 	var own []byte
+	asks := 0
 	a.h.AddCluster("peer-a", hostsim.ClusterFunc(func(*hostsim.CallRequest) hostsim.CallReply {
+		asks++
 		if own == nil {
 			return hostsim.CallReply{Status: 503}
 		}
 		return hostsim.CallReply{Status: 200, Body: own}
 	}))
-	a.configure(a.config(peerConfig("a"), nil))
+	a.configure(a.config(peerConfig("a")+`,"status_path":"/status"`, nil))
 	a.advance(200 * time.Millisecond)
 	a.route(0, strings.Repeat("a prompt long enough to fill a few prefix blocks. ", 20))
 	a.advance(200 * time.Millisecond) // merged and journaled
@@ -308,15 +312,24 @@ func TestPeerIsSelf(t *testing.T) {
 		t.Fatalf("asking the gateway directly: %+v, want a 200 answer", lr)
 	}
 	own = append([]byte(nil), lr.Body...)
+	a.advance(200 * time.Millisecond)
+	asked := asks
 	a.advance(500 * time.Millisecond)
+	if asks != asked {
+		t.Errorf("the link to itself was asked %d more times after it was recognised, want 0", asks-asked)
+	}
 	if n := a.metric(statPeerImported); n != 0 {
 		t.Errorf("%s = %d with the gateway as its own peer, want 0", statPeerImported, n)
 	}
-	warned := false
+	noted := false
 	for _, e := range a.h.Logs() {
-		warned = warned || strings.Contains(e.Message, "this gateway's own journal")
+		noted = noted || strings.Contains(e.Message, "is this gateway")
 	}
-	if !warned {
-		t.Error("no warning that the peer list names this gateway")
+	if !noted {
+		t.Error("no log line that the peer list names this gateway")
+	}
+	st, _ := askGateway(t, a, 0, [][2]string{{":method", "GET"}, {":path", "/status"}, {":authority", "a"}})
+	if st == nil || !strings.Contains(string(st.Body), `"name":"a","self":true`) {
+		t.Errorf("status = %+v, want the link to a marked self", st)
 	}
 }
