@@ -204,6 +204,18 @@ func readChainHead(r *reader, what string) (replica int, blocks []byte, err erro
 	return replica, blocks, nil
 }
 
+// JournalEpoch returns the epoch of the journal encoded in b, reading only
+// its header (a gateway compares it with a peer's answer to recognise
+// itself), and false when b is not a journal of this version.
+func JournalEpoch(b []byte) (uint64, bool) {
+	r := reader{b: b}
+	if r.header(magicJournal, "journal") != nil {
+		return 0, false
+	}
+	epoch := r.u64()
+	return epoch, !r.short
+}
+
 // Decode replaces j's content (entries, Epoch, ConfigID, numbering) with the
 // journal encoded in b. j keeps its capacity and maxBlocks, so Decode never
 // allocates: an encoding with more entries than Cap() keeps the newest Cap()

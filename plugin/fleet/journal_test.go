@@ -299,3 +299,29 @@ func BenchmarkJournalDecode256(b *testing.B) {
 		}
 	}
 }
+
+func TestJournalEpoch(t *testing.T) {
+	j := NewJournal(4, 2)
+	j.Reset(0xfeed, 7)
+	j.Append(1, []uint64{1, 2})
+	b, _ := j.AppendBinary(nil)
+	tests := []struct {
+		name string
+		in   []byte
+		want uint64
+		ok   bool
+	}{
+		{"journal", b, 0xfeed, true},
+		{"header only", b[:journalHeaderLen], 0xfeed, true},
+		{"cut in the epoch", b[:headerLen+3], 0, false},
+		{"other record", []byte("GRWK\x03" + string(b[headerLen:])), 0, false},
+		{"empty", nil, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got, ok := JournalEpoch(tt.in); got != tt.want || ok != tt.ok {
+				t.Errorf("JournalEpoch(%s) = %#x, %v, want %#x, %v", tt.name, got, ok, tt.want, tt.ok)
+			}
+		})
+	}
+}

@@ -115,7 +115,15 @@ func (r *root) servePeer(path []byte) types.Action {
 	}
 	now := time.Now().UnixNano()
 	if !r.loadJournal() {
-		r.journal.Reset(0, r.configID) // nothing journaled yet
+		// Nothing journaled yet: create the journal, so the answer carries
+		// an epoch by which this gateway recognises itself when its own
+		// peer list names it (its work must not count twice).
+		r.journal.Reset(r.epochNonce(now), r.configID)
+		if buf, err := r.journal.AppendBinary(r.scratch[:0]); err == nil {
+			r.scratch = buf
+			_ = proxy.SetSharedData(fleet.KeyJournal, buf, 0)
+		}
+		r.loadJournal() // a racing creator's journal wins: answer with it
 	}
 	r.gatewayWork(now, r.exportWork)
 	epoch, since := queryUint(path, queryEpoch), queryUint(path, querySince)
@@ -187,6 +195,17 @@ func (r *root) journalDispatches(now int64) {
 	}
 }
 
+// ownEpoch returns the epoch of this gateway's journal as shared data holds
+// it now (0: none), reading only its header.
+func (r *root) ownEpoch() uint64 {
+	v, _, err := proxy.GetSharedData(fleet.KeyJournal)
+	if err != nil {
+		return 0
+	}
+	e, _ := fleet.JournalEpoch(v)
+	return e
+}
+
 // epochNonce returns a nonzero value unlikely to repeat across restarts.
 func (r *root) epochNonce(now int64) uint64 {
 	return (uint64(now)*0x9e3779b97f4a7c15 ^ r.worker<<32 ^ uint64(r.id)) | 1
@@ -246,7 +265,7 @@ func (r *root) peerAnswered(i, numHeaders, bodySize int) {
 		return
 	}
 	x := &r.peerExport
-	if r.journal != nil && x.Epoch != 0 && x.Epoch == r.journal.Epoch {
+	if x.Epoch != 0 && x.Epoch == r.ownEpoch() {
 		// Our own journal: the peer list names this gateway, as it does
 		// when every gateway gets the same list (one WasmPlugin for all
 		// the pods of a gateway Deployment). Its work would count twice.
