@@ -359,7 +359,7 @@ func checkDestination(t *testing.T, tc envoyCase, c *clusterv3.Cluster, cfg *con
 }
 
 // istioFiles are the Istio examples; each holds one or more YAML documents.
-var istioFiles = []string{"wasmplugin-oci.yaml", "wasmplugin-file.yaml", "replicas.yaml", "envoyfilter-original-dst.yaml"}
+var istioFiles = []string{"wasmplugin-oci.yaml", "wasmplugin-file.yaml", "replicas.yaml", "envoyfilter-original-dst.yaml", "gateway-peers.yaml"}
 
 // istioObject is one Kubernetes object; unknown top-level keys are an error.
 type istioObject struct {
@@ -484,6 +484,11 @@ func TestIstioExamples(t *testing.T) {
 		for _, r := range cfg.Replicas {
 			if !istioClusters[r.MetricsCluster] {
 				t.Errorf("WasmPlugin %s: replica %s metrics_cluster %q is no cluster a ServiceEntry here creates", p.GetUrl(), r.Name, r.MetricsCluster)
+			}
+		}
+		for _, peer := range cfg.PeerExchange.Peers {
+			if !istioClusters[peer.Cluster] {
+				t.Errorf("WasmPlugin %s: peer %s cluster %q is no cluster a ServiceEntry here creates", p.GetUrl(), peer.Name, peer.Cluster)
 			}
 		}
 	}
