@@ -265,10 +265,12 @@ func (r *root) peerAnswered(i, numHeaders, bodySize int) {
 		return
 	}
 	x := &r.peerExport
-	if x.Epoch != 0 && x.Epoch == r.ownEpoch() {
+	// A link's epoch changes only when its journal is recreated, so our
+	// own (copied out of shared data whole) is read only then.
+	if x.Epoch != 0 && x.Epoch != l.epoch && x.Epoch == r.ownEpoch() {
 		// Our own journal: the peer list names this gateway, as it does
 		// when every gateway gets the same list (one WasmPlugin for all
-		// the pods of a gateway Deployment). Its work would count twice.
+		// the gateway pods). Its work would count twice.
 		l.self, l.failing = true, peerOK
 		r.log.info("peer " + r.cfg.PeerExchange.Peers[i].Name + " is this gateway (its journal came back); not asking it again")
 		return
