@@ -48,6 +48,12 @@ type Ledger struct {
 	otherRate []float64
 	rateOff   []int32
 	selfRate  []float64
+	// reloadSec and ownSec are scratch for Pick, per replica: the reload
+	// seconds one more request of the adapter there costs the other
+	// adapters there, and costs the adapter's own later requests
+	// (reloadCost).
+	reloadSec []float64
+	ownSec    []float64
 	// promptMean is an EWMA of the uncached prompt tokens of dispatched
 	// requests, outputMean of completed outputs; 0 until the first sample.
 	promptMean float64
@@ -210,6 +216,8 @@ func NewLedger(p Params, maxReplicas, maxInFlight int) *Ledger {
 		otherRate: make([]float64, 0, ledgerAdapterSlots),
 		rateOff:   make([]int32, 0, maxReplicas+1),
 		selfRate:  make([]float64, maxReplicas),
+		reloadSec: make([]float64, maxReplicas),
+		ownSec:    make([]float64, maxReplicas),
 	}
 	for i := maxInFlight - 1; i >= 0; i-- {
 		l.free = append(l.free, int32(i))
@@ -778,6 +786,21 @@ func (l *Ledger) adapterRates(replica int) ([]float64, float64) {
 		return nil, 0
 	}
 	return l.otherRate[l.rateOff[replica]:l.rateOff[replica+1]], l.selfRate[replica]
+}
+
+// reloadOn returns the reload seconds per request that one more request
+// of the adapter on replica costs, as of the last adapterReloads: the
+// other adapters' extra misses plus its own beyond ownBest, the least own
+// cost of any replica.
+func (l *Ledger) reloadOn(replica int, ownBest float64) float64 {
+	if l == nil || replica >= len(l.reloadSec) {
+		return 0
+	}
+	sec := l.reloadSec[replica]
+	if own := l.ownSec[replica] - ownBest; own > 0 {
+		sec += own
+	}
+	return sec
 }
 
 // listsAdapter reports whether r's snapshot lists the adapter hashing to h.

@@ -22,8 +22,15 @@ import "math"
 // the GPU and max_cpu_loras in host memory, each evicting the least
 // recently used.
 func cheMisses(rates []float64, extra float64, slots int) float64 {
+	miss, _ := cheSplit(rates, extra, slots)
+	return miss
+}
+
+// cheSplit is cheMisses that also returns the extra item's own miss rate,
+// extra·e^(−extra·T), from the same characteristic time.
+func cheSplit(rates []float64, extra float64, slots int) (miss, own float64) {
 	if slots <= 0 {
-		return 0
+		return 0, 0
 	}
 	items, sum := 0, 0.0
 	for _, x := range rates {
@@ -37,13 +44,14 @@ func cheMisses(rates []float64, extra float64, slots int) float64 {
 		sum += extra
 	}
 	if items <= slots || !(sum < math.Inf(1)) {
-		return 0
+		return 0, 0
 	}
 	// f(T) = Σ(1 − e^(−λT)) − slots is increasing and concave with
 	// f(0) = −slots and f′(T) = Σ λ·e^(−λT), the total miss rate; Newton
 	// from T = 0 stays below the root and climbs to it monotonically.
 	c := float64(slots)
-	t, miss, own := 0.0, sum, 0.0
+	t := 0.0
+	miss = sum
 	for range 64 {
 		f := -c
 		miss = 0
@@ -65,5 +73,5 @@ func cheMisses(rates []float64, extra float64, slots int) float64 {
 		}
 		t -= f / (miss + own)
 	}
-	return miss
+	return miss, own
 }

@@ -1066,3 +1066,75 @@ func TestCheMisses(t *testing.T) {
 		}
 	}
 }
+
+// TestCheSplitOwn checks the extra item's own miss rate on cases with
+// closed forms.
+func TestCheSplitOwn(t *testing.T) {
+	tests := []struct {
+		name  string
+		rates []float64
+		extra float64
+		slots int
+		want  float64
+	}{
+		{name: "fits", rates: []float64{1, 2}, extra: 5, slots: 3, want: 0},
+		{name: "no extra", rates: []float64{1, 1, 1}, slots: 2, want: 0},
+		// Two equal items, one slot: each misses half its requests.
+		{name: "two equal one slot", rates: []float64{2}, extra: 2, slots: 1, want: 1},
+		// n equal items, n−1 slots: each misses with probability 1/n.
+		{name: "four equal three slots", rates: []float64{1, 1, 1}, extra: 1, slots: 3, want: 0.25},
+	}
+	for _, tt := range tests {
+		if _, got := cheSplit(tt.rates, tt.extra, tt.slots); math.Abs(got-tt.want) > 1e-6 {
+			t.Errorf("%s: cheSplit(%v, %v, %d) own = %v, want %v", tt.name, tt.rates, tt.extra, tt.slots, got, tt.want)
+		}
+	}
+}
+
+// TestAdapterOwnReloads checks that a send is priced by the misses it
+// adds to the adapter's own later requests: adapter "a" is sent often to
+// replica 0 and was sent once, 70 s ago, to replica 1, whose 4 host slots
+// hold one busy adapter and four rare ones. Replica 0 has a queue, so
+// replica 1 (a host load away) looks sooner for this request alone, and
+// the misses the send causes the others there (a displaces rare adapters
+// that seldom come back) do not outweigh the queue; but the share of a's
+// stream sent there would itself miss the host cache nearly every time
+// and reload from storage, where on replica 0 a stays cached.
+func TestAdapterOwnReloads(t *testing.T) {
+	snap := 100 * sec
+	now := snap + sec/100
+	p := exactParams()
+	rs := fleet("h100", 2, snap)
+	for i := range rs {
+		rs[i].AdapterSlots, rs[i].AdapterHostSlots = 4, 4
+	}
+	l := NewLedger(p, 2, 64)
+	send := func(replica int, adapter string, times int, before int64) {
+		for k := range times {
+			at := snap - before - int64(times-k)*sec/2
+			l.Cancel(l.Dispatch(replica, &Request{PromptTokens: 100, Adapter: adapter}, 100, at))
+		}
+	}
+	// Replica 1 first saw a 70 s ago: past the GPU memory, host-cached.
+	send(1, "a", 1, 70*sec)
+	send(0, "a", 30, 0)
+	send(1, "b", 30, 0)
+	for _, rare := range []string{"c", "d", "e", "f"} {
+		send(1, rare, 1, 0)
+	}
+	rs[0].WaitingRequests = 17
+	req := Request{PromptTokens: 100, Adapter: "a"}
+	var d Decision
+	Pick(&p, &req, rs, nil, l, now, &d)
+	var c [2]Candidate
+	for i := 0; i < d.NumTop; i++ {
+		c[d.Top[i].Index] = d.Top[i]
+	}
+	if d.Index != 0 {
+		t.Errorf("Pick(a, home 0 queued, rare on crowded 1) = replica %d (costs %v, %v), want 0",
+			d.Index, c[0].CostSec(), c[1].CostSec())
+	}
+	if n := testing.AllocsPerRun(100, func() { Pick(&p, &req, rs, nil, l, now, &d) }); n != 0 {
+		t.Errorf("Pick(adapter) allocates %v times per run, want 0", n)
+	}
+}
