@@ -54,6 +54,14 @@ type Ledger struct {
 	// (reloadCost).
 	reloadSec []float64
 	ownSec    []float64
+	// che caches, per replica, the characteristic times of its two LoRA
+	// caches (cheSolve) for the adapters remembered there, so a Pick
+	// starts each solve next to its root instead of at 0.
+	che []cheCache
+	// adaptVer counts, per replica, changes of the adapters remembered
+	// there other than their common decay (a send, a new or replaced
+	// entry): a cached solution is valid only within one version.
+	adaptVer []uint32
 	// promptMean is an EWMA of the uncached prompt tokens of dispatched
 	// requests, outputMean of completed outputs; 0 until the first sample.
 	promptMean float64
@@ -121,6 +129,42 @@ type repAcc struct {
 	syncedSnap int64 // the ScrapedNanos Unseen* refer to
 	rate       Rate  // dispatches per second
 	prefillGroups
+}
+
+// cheCache is a replica's cached LoRA cache solution: the characteristic
+// times for gpuSlots and hostSlots of the adapters remembered there, when
+// they numbered items with rates summing to sum, as of Ledger.adaptVer ver. The
+// rates all decay by the same factor between sends, and T scales inversely
+// with the rates, so T·sum stays valid until the version or count changes.
+type cheCache struct {
+	ver                 uint32
+	items               int
+	gpuSlots, hostSlots int
+	sum, gpuT, hostT    float64
+}
+
+// cheStart returns the cached characteristic times of replica's caches,
+// rescaled to rates summing to sum, or zeros when the cache does not match.
+func (l *Ledger) cheStart(replica, items, gpuSlots, hostSlots int, sum float64) (gpuT, hostT float64) {
+	if l == nil || replica >= len(l.che) {
+		return 0, 0
+	}
+	c := &l.che[replica]
+	if c.ver != l.adaptVer[replica] || c.items != items || c.gpuSlots != gpuSlots || c.hostSlots != hostSlots ||
+		!(c.sum > 0) || !(sum > 0) {
+		return 0, 0
+	}
+	k := c.sum / sum
+	return c.gpuT * k, c.hostT * k
+}
+
+// cheKeep caches replica's solution (see cheCache).
+func (l *Ledger) cheKeep(replica, items, gpuSlots, hostSlots int, sum, gpuT, hostT float64) {
+	if l == nil || replica >= len(l.che) {
+		return
+	}
+	l.che[replica] = cheCache{ver: l.adaptVer[replica], items: items, gpuSlots: gpuSlots, hostSlots: hostSlots,
+		sum: sum, gpuT: gpuT, hostT: hostT}
 }
 
 // prefillGroups follows the progress of the router's queued prefills on
@@ -218,6 +262,8 @@ func NewLedger(p Params, maxReplicas, maxInFlight int) *Ledger {
 		selfRate:  make([]float64, maxReplicas),
 		reloadSec: make([]float64, maxReplicas),
 		ownSec:    make([]float64, maxReplicas),
+		che:       make([]cheCache, maxReplicas),
+		adaptVer:  make([]uint32, maxReplicas),
 	}
 	for i := maxInFlight - 1; i >= 0; i-- {
 		l.free = append(l.free, int32(i))
@@ -239,6 +285,8 @@ func (l *Ledger) Reset() {
 		l.free = append(l.free, int32(i))
 	}
 	clear(l.reps)
+	clear(l.che)
+	clear(l.adaptVer)
 	l.adapt = l.adapt[:0]
 }
 
@@ -629,6 +677,7 @@ func (l *Ledger) MergeAdapterPlacement(pl AdapterPlacement) {
 				// A later send by the peer: one more request there.
 				a.prev, a.until = a.until, pl.UntilNanos
 				a.rate.Add(pl.UntilNanos-int64(l.p.AdapterMemory), l.p.AdapterMemory.Seconds())
+				l.adaptVer[a.replica]++
 			}
 			return
 		}
@@ -648,6 +697,7 @@ func (l *Ledger) rememberAdapter(adapter uint64, replica int32, sentNanos, until
 				a.prev, a.until = a.until, until
 			}
 			a.rate.Add(sentNanos, window)
+			l.adaptVer[replica]++
 			return
 		}
 		if victim < 0 || a.until < l.adapt[victim].until {
@@ -656,9 +706,11 @@ func (l *Ledger) rememberAdapter(adapter uint64, replica int32, sentNanos, until
 	}
 	m := adapterMem{adapter: adapter, replica: replica, until: until}
 	m.rate.Add(sentNanos, window)
+	l.adaptVer[replica]++
 	if len(l.adapt) < cap(l.adapt) {
 		l.adapt = append(l.adapt, m)
 	} else if victim >= 0 {
+		l.adaptVer[l.adapt[victim].replica]++
 		l.adapt[victim] = m
 	}
 }

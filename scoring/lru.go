@@ -29,8 +29,20 @@ func cheMisses(rates []float64, extra float64, slots int) float64 {
 // cheSplit is cheMisses that also returns the extra item's own miss rate,
 // extra·e^(−extra·T), from the same characteristic time.
 func cheSplit(rates []float64, extra float64, slots int) (miss, own float64) {
+	miss, own, _ = cheSolve(rates, extra, slots, 0)
+	return miss, own
+}
+
+// cheSolve is cheSplit that also returns the characteristic time T, and
+// starts Newton's method at from (0, or the T of a neighbouring problem).
+// Pick prices one more send by solving the same cache with and without it,
+// and the second T lies just below the first: started there, Newton lands
+// next to the root in a step or two instead of climbing from 0 (with 64
+// replicas of 10 adapters each, four solves from 0 per replica made Pick
+// take 60 µs natively).
+func cheSolve(rates []float64, extra float64, slots int, from float64) (miss, own, t float64) {
 	if slots <= 0 {
-		return 0, 0
+		return 0, 0, 0
 	}
 	items, sum := 0, 0.0
 	for _, x := range rates {
@@ -44,13 +56,20 @@ func cheSplit(rates []float64, extra float64, slots int) (miss, own float64) {
 		sum += extra
 	}
 	if items <= slots || !(sum < math.Inf(1)) {
-		return 0, 0
+		return 0, 0, 0
 	}
 	// f(T) = Σ(1 − e^(−λT)) − slots is increasing and concave with
-	// f(0) = −slots and f′(T) = Σ λ·e^(−λT), the total miss rate; Newton
-	// from T = 0 stays below the root and climbs to it monotonically.
+	// f(0) = −slots and f′(T) = Σ λ·e^(−λT), the total miss rate. Newton
+	// from below the root climbs to it monotonically; from above, one step
+	// lands below it (the tangent of a concave function lies above it),
+	// and from there it climbs.
 	c := float64(slots)
-	t := 0.0
+	t = from
+	if !(t > 0 && t < math.Inf(1)) {
+		// The root for equal rates, a guess within a few Newton steps of
+		// the real one: cold, Newton climbed from 0 for 7 to 9 steps.
+		t = -math.Log1p(-c/float64(items)) * float64(items) / sum
+	}
 	miss = sum
 	for range 64 {
 		f := -c
@@ -68,10 +87,10 @@ func cheSplit(rates []float64, extra float64, slots int) (miss, own float64) {
 			f += 1 - e
 			own = extra * e
 		}
-		if !(miss+own > 0) || f > -1e-9*c {
+		if !(miss+own > 0) || math.Abs(f) < 1e-9*c {
 			break
 		}
-		t -= f / (miss + own)
+		t = max(t-f/(miss+own), 0)
 	}
-	return miss, own
+	return miss, own, t
 }

@@ -537,10 +537,27 @@ func reloadCost(p *Params, r *Replica, l *Ledger, i int) (others, own float64) {
 		hostSlots = r.AdapterSlots
 	}
 	h := &r.Hardware
-	gpuWith, gpuOwnWith := cheSplit(rest, self+one, r.AdapterSlots)
-	gpuNow, gpuOwnNow := cheSplit(rest, self, r.AdapterSlots)
-	hostWith, hostOwnWith := cheSplit(rest, self+one, hostSlots)
-	hostNow, hostOwnNow := cheSplit(rest, self, hostSlots)
+	items, sum := 0, self
+	if self > 0 {
+		items++
+	}
+	for _, x := range rest {
+		if x > 0 {
+			items++
+			sum += x
+		}
+	}
+	tg, th := l.cheStart(i, items, r.AdapterSlots, hostSlots, sum)
+	gpuNow, gpuOwnNow, tg := cheSolve(rest, self, r.AdapterSlots, tg)
+	gpuWith, gpuOwnWith, _ := cheSolve(rest, self+one, r.AdapterSlots, tg)
+	hostNow, hostOwnNow, hostWith, hostOwnWith := gpuNow, gpuOwnNow, gpuWith, gpuOwnWith
+	if hostSlots != r.AdapterSlots {
+		hostNow, hostOwnNow, th = cheSolve(rest, self, hostSlots, th)
+		hostWith, hostOwnWith, _ = cheSolve(rest, self+one, hostSlots, th)
+	} else {
+		th = tg
+	}
+	l.cheKeep(i, items, r.AdapterSlots, hostSlots, sum, tg, th)
 	fromHost, fromStorage := h.AdapterLoadHostSec, h.AdapterLoadStorageSec-h.AdapterLoadHostSec
 	others = ((gpuWith-gpuNow)*fromHost + (hostWith-hostNow)*fromStorage) / one
 	own = ((gpuOwnWith-gpuOwnNow)*fromHost + (hostOwnWith-hostOwnNow)*fromStorage) / one

@@ -116,6 +116,28 @@ func benchFleet(n int) ([]Replica, []int, *Ledger, Request) {
 	return rs, cached, l, req
 }
 
+// BenchmarkPickAdapters64 is BenchmarkPick/64 with the ledger remembering
+// LoRA placements on every replica, so the adapter terms run their LRU
+// model (cheSolve) for each candidate.
+func BenchmarkPickAdapters64(b *testing.B) {
+	rs, cached, l, req := benchFleet(64)
+	now := int64(1e12)
+	for i := range rs {
+		for a := range 10 {
+			r := Request{PromptTokens: 100, MaxTokens: 10, Model: "llama", Adapter: "ad" + strconv.Itoa((i+a)%24)}
+			f := l.Dispatch(i, &r, 100, now-int64(a)*1e9)
+			l.Done(f, 10)
+		}
+	}
+	p := DefaultParams()
+	var d Decision
+	Pick(&p, &req, rs, cached, l, now, &d)
+	b.ReportAllocs()
+	for b.Loop() {
+		Pick(&p, &req, rs, cached, l, now, &d)
+	}
+}
+
 func TestPickAllocs(t *testing.T) {
 	rs, cached, l, req := benchFleet(64)
 	p := DefaultParams()
