@@ -584,6 +584,12 @@ func adapterReloads(p *Params, replicas []Replica, l *Ledger, nowNanos int64) fl
 	if l == nil {
 		return 0
 	}
+	if len(l.adapt) == 0 {
+		// Nothing remembered anywhere: nothing to displace or reload.
+		clear(l.reloadSec)
+		clear(l.ownSec)
+		return 0
+	}
 	best, least := math.Inf(1), math.Inf(1)
 	home := 0.0
 	for i := range replicas {
