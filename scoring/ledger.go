@@ -209,7 +209,7 @@ type adapterMem struct {
 	prev int64
 	// rate is how often adapter was sent to replica (time constant
 	// Params.AdapterMemory, the span the router counts it resident): the
-	// input of the LRU model that prices displacing it (cheMisses).
+	// input of the LRU model that prices displacing it (cheSolve).
 	rate Rate
 }
 

@@ -2,44 +2,34 @@ package scoring
 
 import "math"
 
-// cheMisses returns the rate at which the items requested at rates miss an
+// cheSolve returns the rate at which the items requested at rates miss an
 // LRU cache of capacity slots that they share with one more item requested
-// at rate extra (0: none), all independent Poisson streams (rates per
-// second; zero rates are absent items), by Che's approximation (H. Che,
-// Y. Tung, Z. Wang, "Hierarchical Web caching systems: modeling, design and
+// at rate extra (0: none), that item's own miss rate, and the cache's
+// characteristic time, all independent Poisson streams (rates per second;
+// zero rates are absent items), by Che's approximation (H. Che, Y. Tung,
+// Z. Wang, "Hierarchical Web caching systems: modeling, design and
 // experimental results", IEEE JSAC 20(7), 2002): an item stays cached for a
 // characteristic time T after its last request, where T solves
 //
 //	Σ_b (1 − e^(−λ_b·T)) = slots
 //
 // over all items, extra included, so item b misses with probability
-// e^(−λ_b·T) and the items of rates miss at Σ_b λ_b·e^(−λ_b·T). With no
-// more items than slots nothing misses. The result scales with the rates
-// (T scales inversely), so a difference divided by a rate is invariant: the
-// rates need only be right relative to each other.
+// e^(−λ_b·T): the items of rates miss at Σ_b λ_b·e^(−λ_b·T), the extra one
+// at extra·e^(−extra·T). With no more items than slots nothing misses. The
+// result scales with the rates (T scales inversely), so a difference
+// divided by a rate is invariant: the rates need only be right relative to
+// each other.
 //
 // An engine's LoRA caches are such caches: vLLM keeps max_loras adapters on
 // the GPU and max_cpu_loras in host memory, each evicting the least
 // recently used.
-func cheMisses(rates []float64, extra float64, slots int) float64 {
-	miss, _ := cheSplit(rates, extra, slots)
-	return miss
-}
-
-// cheSplit is cheMisses that also returns the extra item's own miss rate,
-// extra·e^(−extra·T), from the same characteristic time.
-func cheSplit(rates []float64, extra float64, slots int) (miss, own float64) {
-	miss, own, _ = cheSolve(rates, extra, slots, 0)
-	return miss, own
-}
-
-// cheSolve is cheSplit that also returns the characteristic time T, and
-// starts Newton's method at from (0, or the T of a neighbouring problem).
-// Pick prices one more send by solving the same cache with and without it,
-// and the second T lies just below the first: started there, Newton lands
-// next to the root in a step or two instead of climbing from 0 (with 64
-// replicas of 10 adapters each, four solves from 0 per replica made Pick
-// take 60 µs natively).
+//
+// Newton's method starts at from when it is positive (the T of a
+// neighbouring problem), else at the root for equal rates. Pick prices one
+// more send by solving the same cache with and without it, and from a
+// cached or neighbouring T the solve takes a step or two instead of
+// climbing from 0 (with 64 replicas of 10 adapters each, four solves from 0
+// per replica made Pick take 60 µs natively).
 func cheSolve(rates []float64, extra float64, slots int, from float64) (miss, own, t float64) {
 	if slots <= 0 {
 		return 0, 0, 0

@@ -501,7 +501,7 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 // reloadCost returns the reload seconds that one more request of the
 // adapter on replica i costs, per request: others, to the other adapters
 // remembered there, and own, to the adapter's own later requests there.
-// r's GPU slots and host cache are LRU caches (cheSplit) over the adapters
+// r's GPU slots and host cache are LRU caches (cheSolve) over the adapters
 // sent there, at the rates this router (and its peers) sent them, and this
 // request adds one send (1/AdapterMemory per second in the ledger's rate)
 // to the adapter's rate there. Extra misses of the GPU slots each reload

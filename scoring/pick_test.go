@@ -1041,7 +1041,7 @@ func TestReloadCostByRates(t *testing.T) {
 }
 
 // TestCheMisses checks Che's approximation on cases with closed forms.
-func TestCheMisses(t *testing.T) {
+func TestCheSolveMisses(t *testing.T) {
 	tests := []struct {
 		name  string
 		rates []float64
@@ -1061,15 +1061,15 @@ func TestCheMisses(t *testing.T) {
 		{name: "scaled", rates: []float64{10, 10, 10}, extra: 10, slots: 3, want: 7.5},
 	}
 	for _, tt := range tests {
-		if got := cheMisses(tt.rates, tt.extra, tt.slots); math.Abs(got-tt.want) > 1e-6 {
-			t.Errorf("%s: cheMisses(%v, %v, %d) = %v, want %v", tt.name, tt.rates, tt.extra, tt.slots, got, tt.want)
+		if got, _, _ := cheSolve(tt.rates, tt.extra, tt.slots, 0); math.Abs(got-tt.want) > 1e-6 {
+			t.Errorf("%s: cheSolve(%v, %v, %d) misses = %v, want %v", tt.name, tt.rates, tt.extra, tt.slots, got, tt.want)
 		}
 	}
 }
 
 // TestCheSplitOwn checks the extra item's own miss rate on cases with
 // closed forms.
-func TestCheSplitOwn(t *testing.T) {
+func TestCheSolveOwn(t *testing.T) {
 	tests := []struct {
 		name  string
 		rates []float64
@@ -1085,8 +1085,8 @@ func TestCheSplitOwn(t *testing.T) {
 		{name: "four equal three slots", rates: []float64{1, 1, 1}, extra: 1, slots: 3, want: 0.25},
 	}
 	for _, tt := range tests {
-		if _, got := cheSplit(tt.rates, tt.extra, tt.slots); math.Abs(got-tt.want) > 1e-6 {
-			t.Errorf("%s: cheSplit(%v, %v, %d) own = %v, want %v", tt.name, tt.rates, tt.extra, tt.slots, got, tt.want)
+		if _, got, _ := cheSolve(tt.rates, tt.extra, tt.slots, 0); math.Abs(got-tt.want) > 1e-6 {
+			t.Errorf("%s: cheSolve(%v, %v, %d) own = %v, want %v", tt.name, tt.rates, tt.extra, tt.slots, got, tt.want)
 		}
 	}
 }
@@ -1169,5 +1169,20 @@ func TestCheCache(t *testing.T) {
 	l.rememberAdapter(7, 1, 0, int64(l.p.AdapterMemory))
 	if g, _ := l.cheStart(0, 5, 4, 8, 2.0); g != 10 {
 		t.Errorf("cheStart(replica 0) after a send to replica 1 = %v, want 10 (still valid)", g)
+	}
+}
+
+// TestCheSolveWarmStart: wherever Newton starts (below, at or above the
+// root), the solve ends at the same characteristic time and miss rates.
+func TestCheSolveWarmStart(t *testing.T) {
+	rates := []float64{0.5, 0.3, 0.2, 0.1, 0.05, 0.05, 0.02, 0.02, 0.01}
+	for _, slots := range []int{2, 4, 8} {
+		miss, own, root := cheSolve(rates, 0.04, slots, 0)
+		for _, from := range []float64{root / 10, root / 2, root, 2 * root, 10 * root} {
+			m, o, got := cheSolve(rates, 0.04, slots, from)
+			if math.Abs(got-root) > 1e-6*root || math.Abs(m-miss) > 1e-9 || math.Abs(o-own) > 1e-9 {
+				t.Errorf("slots %d from %.3f: T, misses, own = %v, %v, %v; want %v, %v, %v", slots, from, got, m, o, root, miss, own)
+			}
+		}
 	}
 }
