@@ -254,3 +254,24 @@ func FuzzWriteString(f *testing.F) {
 		}
 	})
 }
+
+// FuzzStringEnd holds StringEnd to scanString, the Reader's own string
+// scanner: the same strings accepted, the same end, the same escape flag.
+func FuzzStringEnd(f *testing.F) {
+	for _, s := range []string{`plain"`, `a\"b"`, `\u00e9x"`, `\u00g9"`, "ctl\x01\"", `cut\`, `abcdefghijklmnopqrstuvwxyz0123456789"tail`, `\q"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, d []byte) {
+		end, esc := StringEnd(d, 0)
+		want, wantEsc, st := scanString(d, 0, nil)
+		if st != sOK {
+			if end != -1 {
+				t.Fatalf("StringEnd(%q) = %d, want -1 (scanString status %d)", d, end, st)
+			}
+			return
+		}
+		if end != want-1 || esc != wantEsc {
+			t.Fatalf("StringEnd(%q) = %d, %v, want %d, %v", d, end, esc, want-1, wantEsc)
+		}
+	})
+}

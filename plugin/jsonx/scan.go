@@ -166,6 +166,54 @@ func scanString(d []byte, i int, t *Tape) (end int, escaped bool, st uint8) {
 	}
 }
 
+// StringEnd validates, by the Reader's rules (RFC 8259 §7), the string
+// contents starting at d[i], just after the opening quote, and returns the
+// offset of the closing quote and whether the string holds an escape; end
+// is -1 when the contents are invalid or d ends first. It is for callers
+// that read a known shape by offsets (openai's SSE fast path). Unlike
+// scanString it keeps no tape and reports no error detail, and it tests
+// 8 bytes at a time inline: the short keys and tokens of a streamed event
+// took 40% longer through nextSpecial's call and the tape checks.
+func StringEnd(d []byte, i int) (end int, escaped bool) {
+	for {
+		for i+8 <= len(d) {
+			if m := special(load64(d, i)) & msb; m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				break
+			}
+			i += 8
+		}
+		for i < len(d) {
+			if c := d[i]; c == '"' || c == '\\' || c < 0x20 {
+				break
+			}
+			i++
+		}
+		if i >= len(d) {
+			return -1, escaped
+		}
+		switch d[i] {
+		case '"':
+			return i, escaped
+		case '\\':
+			escaped = true
+			if i+1 >= len(d) {
+				return -1, escaped
+			}
+			switch e := d[i+1]; {
+			case escapeByte[e] != 0:
+				i += 2
+			case e == 'u' && i+6 <= len(d) && hex4(d[i+2:i+6]) >= 0:
+				i += 6
+			default:
+				return -1, escaped
+			}
+		default:
+			return -1, escaped // a control byte
+		}
+	}
+}
+
 func hexVal(c byte) int {
 	switch {
 	case c >= '0' && c <= '9':

@@ -1,8 +1,6 @@
 package openai
 
 import (
-	"math/bits"
-
 	"github.com/gpuroute/gpuroute/plugin/jsonx"
 )
 
@@ -19,12 +17,6 @@ import (
 // fastMaxDepth bounds the nesting fastEvent follows; deeper events go to the
 // jsonx walk, which alone knows its MaxDepth rule.
 const fastMaxDepth = 16
-
-// SWAR constants: lsb*c repeats byte c in every lane of a uint64.
-const (
-	lsb = 0x0101010101010101
-	msb = 0x8080808080808080
-)
 
 // eventCounts is what one event adds to a StreamCounter.
 type eventCounts struct {
@@ -133,7 +125,7 @@ func fastKey(d []byte, i int) (key []byte, v int) {
 	if i >= len(d) || d[i] != '"' {
 		return nil, -1
 	}
-	q, esc := stringEnd(d, i+1)
+	q, esc := jsonx.StringEnd(d, i+1)
 	if q < 0 || esc {
 		return nil, -1
 	}
@@ -185,7 +177,7 @@ func fastChoice(d []byte, i int) (end int, hit, finished bool) {
 				switch string(key) {
 				case FieldContent, FieldReasoning, FieldReasoning2:
 					if d[i] == '"' {
-						q, _ := stringEnd(d, i+1)
+						q, _ := jsonx.StringEnd(d, i+1)
 						if q < 0 {
 							return -1, false, false
 						}
@@ -222,7 +214,7 @@ func fastChoice(d []byte, i int) (end int, hit, finished bool) {
 			}
 		case FieldText:
 			if d[i] == '"' {
-				q, _ := stringEnd(d, i+1)
+				q, _ := jsonx.StringEnd(d, i+1)
 				if q < 0 {
 					return -1, false, false
 				}
@@ -315,7 +307,7 @@ func skipValue(d []byte, i, depth int) int {
 	}
 	switch c := d[i]; {
 	case c == '"':
-		q, _ := stringEnd(d, i+1)
+		q, _ := jsonx.StringEnd(d, i+1)
 		if q < 0 {
 			return -1
 		}
@@ -353,7 +345,7 @@ func skipNested(d []byte, i, depth int) int {
 			if i >= len(d) || d[i] != '"' {
 				return -1
 			}
-			q, _ := stringEnd(d, i+1)
+			q, _ := jsonx.StringEnd(d, i+1)
 			if q < 0 {
 				return -1
 			}
@@ -429,76 +421,4 @@ func digits(d []byte, i int) int {
 		i++
 	}
 	return i
-}
-
-// stringEnd validates string contents from d[i] (after the opening quote)
-// by RFC 8259 §7: it returns the offset of the closing quote and whether
-// an escape was seen, or -1 for a control byte, a bad escape or a missing
-// quote. Plain runs are skipped 8 bytes at a time.
-func stringEnd(d []byte, i int) (int, bool) {
-	esc := false
-	for {
-		for i+8 <= len(d) {
-			m := special(load64(d, i)) & msb
-			if m != 0 {
-				i += bits.TrailingZeros64(m) >> 3
-				break
-			}
-			i += 8
-		}
-		for i < len(d) {
-			if c := d[i]; c == '"' || c == '\\' || c < 0x20 {
-				break
-			}
-			i++
-		}
-		if i >= len(d) {
-			return -1, esc
-		}
-		switch d[i] {
-		case '"':
-			return i, esc
-		case '\\':
-			esc = true
-			if i+1 >= len(d) {
-				return -1, esc
-			}
-			switch d[i+1] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				i += 2
-			case 'u':
-				if i+6 > len(d) || !isHex(d[i+2]) || !isHex(d[i+3]) || !isHex(d[i+4]) || !isHex(d[i+5]) {
-					return -1, esc
-				}
-				i += 6
-			default:
-				return -1, esc
-			}
-		default:
-			return -1, esc // a control byte
-		}
-	}
-}
-
-func isHex(c byte) bool {
-	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
-}
-
-// load64 reads d[i:i+8] little-endian; the re-slice makes it one bounds
-// check and one load on wasm (as jsonx's).
-func load64(d []byte, i int) uint64 {
-	b := d[i : i+8]
-	return uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
-		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
-}
-
-// special sets the high bit of each lane of x holding '"', '\\' or a byte
-// below 0x20; only the lowest set bit is exact (a borrow can mark lanes
-// above a hit). x^0x02 turns '"' into 0x20 and keeps control bytes below
-// 0x20, so one "below 0x21" test finds both (Hacker's Delight §6-1); the
-// other is "x^'\\' has a zero lane".
-func special(x uint64) uint64 {
-	y := x ^ (lsb * 0x02)
-	s := x ^ (lsb * '\\')
-	return ((y - lsb*0x21) &^ y) | ((s - lsb) &^ s)
 }
