@@ -176,16 +176,11 @@ func fastChoice(d []byte, i int) (end int, hit, finished bool) {
 				i = v
 				switch string(key) {
 				case FieldContent, FieldReasoning, FieldReasoning2:
-					if d[i] == '"' {
-						q, _ := jsonx.StringEnd(d, i+1)
-						if q < 0 {
-							return -1, false, false
-						}
-						hit = hit || q > i+1
-						i = q + 1
-					} else if i = skipValue(d, i, 4); i < 0 {
+					var text bool
+					if i, text = textValue(d, i, 4); i < 0 {
 						return -1, false, false
 					}
+					hit = hit || text
 				case FieldToolCalls:
 					if d[i] == '[' {
 						if j := skipWS(d, i+1); j < len(d) && d[j] != ']' {
@@ -213,16 +208,11 @@ func fastChoice(d []byte, i int) (end int, hit, finished bool) {
 				i = skipWS(d, i+1)
 			}
 		case FieldText:
-			if d[i] == '"' {
-				q, _ := jsonx.StringEnd(d, i+1)
-				if q < 0 {
-					return -1, false, false
-				}
-				hit = hit || q > i+1
-				i = q + 1
-			} else if i = skipValue(d, i, 3); i < 0 {
+			var text bool
+			if i, text = textValue(d, i, 3); i < 0 {
 				return -1, false, false
 			}
+			hit = hit || text
 		case FieldFinish:
 			if d[i] != 'n' { // a valid value starting with 'n' is null
 				finished = true
@@ -285,6 +275,20 @@ func fastUsage(d []byte, i int) (end int, u Usage, ok bool) {
 		}
 		i = skipWS(d, i+1)
 	}
+}
+
+// textValue reads the value of a text field at d[i] (depth containers
+// deep): the offset after it, or -1, and whether it is a non-empty string,
+// which is generated text.
+func textValue(d []byte, i, depth int) (end int, text bool) {
+	if d[i] != '"' {
+		return skipValue(d, i, depth), false
+	}
+	q, _ := jsonx.StringEnd(d, i+1)
+	if q < 0 {
+		return -1, false
+	}
+	return q + 1, q > i+1
 }
 
 // skipWS skips RFC 8259 whitespace from d[i].
