@@ -36,11 +36,6 @@ type Ledger struct {
 	// placements were merged) sent, that have no GPU slot yet: listed as
 	// waiting by the snapshot, or sent after it and not listed.
 	pending []float64
-	// waitHash holds the hashes of the adapters each replica's snapshot
-	// lists waiting for a slot, replica i's at waitHash[waitOff[i]:waitOff[i+1]]
-	// (scratch for markAdapter: hashed once per replica, not per entry).
-	waitHash []uint64
-	waitOff  []int32
 	// otherRate holds, per replica, the send rates of the other adapters
 	// remembered there (GPU or host memory), replica i's at
 	// otherRate[rateOff[i]:rateOff[i+1]]; selfRate the adapter's own rate
@@ -729,17 +724,8 @@ func (l *Ledger) markAdapter(adapter uint64, replicas []Replica, nowNanos int64)
 	clear(l.pending)
 	clear(l.selfRate)
 	l.otherRate, l.rateOff = l.otherRate[:0], l.rateOff[:0]
-	l.waitHash, l.waitOff = l.waitHash[:0], append(l.waitOff[:0], 0)
 	if len(l.adapt) == 0 {
 		return
-	}
-	for i := range replicas {
-		for j := range replicas[i].Adapters {
-			if a := &replicas[i].Adapters[j]; a.Tier != TierGPU {
-				l.waitHash = append(l.waitHash, HashString(a.Name))
-			}
-		}
-		l.waitOff = append(l.waitOff, int32(len(l.waitHash)))
 	}
 	mem := int64(l.p.AdapterMemory)
 	hostMem := int64(l.p.AdapterHostMemory)
@@ -756,11 +742,8 @@ func (l *Ledger) markAdapter(adapter uint64, replicas []Replica, nowNanos int64)
 			if int(a.replica) < len(replicas) && a.until > nowNanos {
 				r := &replicas[a.replica]
 				sent := a.until - mem
-				waiting := false
-				for _, h := range l.waitHash[l.waitOff[a.replica]:l.waitOff[a.replica+1]] {
-					waiting = waiting || h == a.adapter
-				}
-				fresh := sent > r.ScrapedNanos && !waiting && !listsAdapter(r, a.adapter)
+				listed, waiting := snapshotListing(r, a.adapter)
+				fresh := sent > r.ScrapedNanos && !listed
 				if fresh {
 					l.fresh[a.replica]++
 				}
@@ -855,14 +838,15 @@ func (l *Ledger) reloadOn(replica int, ownBest float64) float64 {
 	return sec
 }
 
-// listsAdapter reports whether r's snapshot lists the adapter hashing to h.
-func listsAdapter(r *Replica, h uint64) bool {
+// snapshotListing reports whether r's snapshot lists the adapter whose key
+// is h, and whether as waiting for a GPU slot (any tier but TierGPU).
+func snapshotListing(r *Replica, h uint64) (listed, waiting bool) {
 	for i := range r.Adapters {
-		if HashString(r.Adapters[i].Name) == h {
-			return true
+		if a := &r.Adapters[i]; a.key() == h {
+			return true, a.Tier != TierGPU
 		}
 	}
-	return false
+	return false, false
 }
 
 // pendingOn returns the seconds of other adapters' loads still to run on

@@ -36,6 +36,18 @@ type Adapter struct {
 	// Active says the adapter has running or waiting requests, so it cannot
 	// be evicted to make room (vLLM lora_requests_info lists exactly these).
 	Active bool
+	// Hash is HashString(Name), set once per snapshot so decisions compare
+	// it with the ledger's adapter keys without hashing names per request;
+	// 0 means not set (then it is computed when needed).
+	Hash uint64
+}
+
+// key returns a's Hash, computing it when unset.
+func (a *Adapter) key() uint64 {
+	if a.Hash != 0 {
+		return a.Hash
+	}
+	return HashString(a.Name)
 }
 
 // DrainState is a replica's place in the drain life cycle (DESIGN.md §3).

@@ -102,7 +102,11 @@ func benchFleet(n int) ([]Replica, []int, *Ledger, Request) {
 		rs[i].WaitingRequests = rng.IntN(8)
 		rs[i].RunningRequests = rng.IntN(64)
 		rs[i].KVUsage = rng.Float64()
+		// Keys set as the router sets them once per snapshot.
 		rs[i].Adapters = []Adapter{{Name: "a" + strconv.Itoa(i%5), Tier: TierGPU, Active: true}, {Name: "fr", Tier: TierHost}}
+		for j := range rs[i].Adapters {
+			rs[i].Adapters[j].Hash = HashString(rs[i].Adapters[j].Name)
+		}
 		cached[i] = rng.IntN(3000)
 		for j := 0; j < 3; j++ {
 			req := Request{PromptTokens: 1000, MaxTokens: 500}

@@ -240,7 +240,7 @@ func (r *root) applySnapshot() {
 			if a.Waiting {
 				tier = scoring.TierStorage
 			}
-			rep.Adapters = append(rep.Adapters, scoring.Adapter{Name: a.Name, Tier: tier, Active: true})
+			rep.Adapters = append(rep.Adapters, scoring.Adapter{Name: a.Name, Tier: tier, Active: true, Hash: scoring.HashString(a.Name)})
 		}
 		// Metrics that keep failing rule the replica out; a single failure
 		// only ages its figures (Pick treats stale as uncertain). Health and
