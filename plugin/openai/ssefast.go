@@ -12,7 +12,10 @@ import (
 // keys, nesting at most fastMaxDepth. On anything else (a syntax error
 // included) it gives up before counting anything and line falls back to the
 // jsonx walk, so the counts are the jsonx walk's on every input
-// (FuzzSSEFastPath holds the two to that).
+// (FuzzSSEFastPath holds the two to that). The step past each member or
+// element (space, then ',' or the closer) is written out at every level on
+// purpose: as a helper it is too big to inline, and the call per separator
+// made StreamCounter 13–17% slower under wazero (6.9 → 7.8–8.1 µs).
 
 // fastMaxDepth bounds the nesting fastEvent follows; deeper events go to the
 // jsonx walk, which alone knows its MaxDepth rule.
