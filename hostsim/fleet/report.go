@@ -12,6 +12,9 @@ import (
 type WorkloadResults struct {
 	Workload *Workload
 	Results  []*Result
+	// Seeds is the number of seeds pooled into Results (0 or 1: one run)
+	// and Requests their requests in all (0: Workload's).
+	Seeds, Requests int
 }
 
 var palette = []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"}
@@ -28,8 +31,15 @@ func WriteHTML(w io.Writer, title string, all []WorkloadResults) error {
 		".small{display:inline-block;margin:4px}svg text{font:11px sans-serif}</style></head><body>")
 	b.WriteString("<h1>" + html.EscapeString(title) + "</h1>")
 	for _, wr := range all {
-		b.WriteString("<h2>" + html.EscapeString(wr.Workload.Name) + "</h2><p>" + strconv.Itoa(len(wr.Workload.Requests)) +
-			" requests. " + html.EscapeString(wr.Workload.Source) + "</p>")
+		requests, pooled := len(wr.Workload.Requests), ""
+		if wr.Requests > 0 {
+			requests = wr.Requests
+		}
+		if wr.Seeds > 1 {
+			pooled = " over " + strconv.Itoa(wr.Seeds) + " seeds, pooled (the load charts show the first)"
+		}
+		b.WriteString("<h2>" + html.EscapeString(wr.Workload.Name) + "</h2><p>" + strconv.Itoa(requests) +
+			" requests" + pooled + ". " + html.EscapeString(wr.Workload.Source) + "</p>")
 		writeTable(&b, wr.Results)
 		writeCDF(&b, wr.Results)
 		writeHitBars(&b, wr.Results)

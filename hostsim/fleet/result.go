@@ -25,6 +25,12 @@ type Summary struct {
 	Failed         int          `json:"failed"`
 	Migrated       int          `json:"migrated"`
 	Drain          DrainSummary `json:"drain"`
+	// Seeds is the number of runs pooled into these figures (Pool), and
+	// TTFTMeanBySeedSec and TTFTP99BySeedSec each run's own, in seed
+	// order, so a reader sees how much of a difference is seed-to-seed.
+	Seeds             int       `json:"seeds,omitempty"`
+	TTFTMeanBySeedSec []float64 `json:"ttft_mean_by_seed_s,omitempty"`
+	TTFTP99BySeedSec  []float64 `json:"ttft_p99_by_seed_s,omitempty"`
 }
 
 // DrainSummary describes the drains of a run: the configured deadline, the
@@ -53,6 +59,12 @@ type Result struct {
 	// HostLoads and StorageLoads split AdapterLoads by tier; Preemptions and
 	// KVEvictions total the replicas'.
 	HostLoads, StorageLoads, Preemptions, KVEvictions int64
+	// PrefixQueries and PrefixHits are the replicas' prefix-cache lookups
+	// and hits (tokens), OutputTokens the completed requests' output
+	// tokens over Span, first arrival to last completion: the counts the
+	// summary's rates come from, kept so Pool can weigh runs correctly.
+	PrefixQueries, PrefixHits, OutputTokens int64
+	Span                                    time.Duration
 }
 
 func (s *sim) result(wall time.Duration) *Result {
@@ -60,7 +72,6 @@ func (s *sim) result(wall time.Duration) *Result {
 	sum := &res.Summary
 	sum.Policy = s.p.Name()
 	var first, last time.Duration = -1, 0
-	var outTok int64
 	for i := range s.states {
 		st := &s.states[i]
 		if first < 0 || st.req.Arrival < first {
@@ -70,35 +81,21 @@ func (s *sim) result(wall time.Duration) *Result {
 			sum.Completed++
 			res.TTFTSec = append(res.TTFTSec, (st.firstAt - st.req.Arrival).Seconds())
 			res.E2ESec = append(res.E2ESec, (st.doneAt - st.req.Arrival).Seconds())
-			outTok += int64(st.req.output)
+			res.OutputTokens += int64(st.req.output)
 			last = max(last, st.doneAt)
 		} else {
 			sum.Failed++
 		}
 	}
-	sort.Float64s(res.TTFTSec)
-	sort.Float64s(res.E2ESec)
-	sum.TTFTMeanSec = mean(res.TTFTSec)
-	sum.TTFTP50Sec = quantile(res.TTFTSec, 0.50)
-	sum.TTFTP90Sec = quantile(res.TTFTSec, 0.90)
-	sum.TTFTP99Sec = quantile(res.TTFTSec, 0.99)
-	sum.E2EP50Sec = quantile(res.E2ESec, 0.50)
-	sum.E2EP99Sec = quantile(res.E2ESec, 0.99)
-	if span := (last - first).Seconds(); span > 0 {
-		sum.ThroughputTokS = float64(outTok) / span
-	}
-	var q, h int64
+	res.Span = max(last-first, 0)
 	for _, r := range s.f.replicas {
-		q += r.prefixQueries
-		h += r.prefixHits
+		res.PrefixQueries += r.prefixQueries
+		res.PrefixHits += r.prefixHits
 		sum.AdapterLoads += r.adapterLoads
 		res.HostLoads += r.hostLoads
 		res.StorageLoads += r.storageLoads
 		res.Preemptions += r.preemptions
 		res.KVEvictions += r.kv.evictions
-	}
-	if q > 0 {
-		sum.PrefixHitRate = float64(h) / float64(q)
 	}
 	sum.Migrated = s.migrated
 	sum.Drain.NewAfterClose = s.newAfterClose
@@ -110,7 +107,76 @@ func (s *sim) result(wall time.Duration) *Result {
 		}
 		sum.Drain.FinishedSec = max(sum.Drain.FinishedSec, (end - d.start).Seconds())
 	}
+	res.summarize()
 	return res
+}
+
+// summarize sorts the latencies and derives the summary's distribution
+// figures and rates from them and the counts.
+func (res *Result) summarize() {
+	sort.Float64s(res.TTFTSec)
+	sort.Float64s(res.E2ESec)
+	sum := &res.Summary
+	sum.TTFTMeanSec = mean(res.TTFTSec)
+	sum.TTFTP50Sec = quantile(res.TTFTSec, 0.50)
+	sum.TTFTP90Sec = quantile(res.TTFTSec, 0.90)
+	sum.TTFTP99Sec = quantile(res.TTFTSec, 0.99)
+	sum.E2EP50Sec = quantile(res.E2ESec, 0.50)
+	sum.E2EP99Sec = quantile(res.E2ESec, 0.99)
+	sum.ThroughputTokS = 0
+	if span := res.Span.Seconds(); span > 0 {
+		sum.ThroughputTokS = float64(res.OutputTokens) / span
+	}
+	sum.PrefixHitRate = 0
+	if res.PrefixQueries > 0 {
+		sum.PrefixHitRate = float64(res.PrefixHits) / float64(res.PrefixQueries)
+	}
+}
+
+// Pool merges one policy's runs of the same workload under different seeds
+// into one result, as if their requests had been one run: latencies
+// pooled (a p99 over several runs rests on several times the tail
+// requests: one run of the shared-prefix workload has ~9 requests above
+// its p99, too few to rank policies whose p99s differ by 10%), counts
+// summed, rates over the summed spans, the longest drain and the load
+// chart of the first run. Each run's own mean and p99 stay in the summary.
+// runs must be non-empty.
+func Pool(runs []*Result) *Result {
+	if len(runs) == 1 {
+		return runs[0]
+	}
+	first := runs[0]
+	out := &Result{Load: first.Load, LoadEvery: first.LoadEvery}
+	sum := &out.Summary
+	sum.Policy = first.Summary.Policy
+	sum.Seeds = len(runs)
+	for _, r := range runs {
+		s := &r.Summary
+		out.TTFTSec = append(out.TTFTSec, r.TTFTSec...)
+		out.E2ESec = append(out.E2ESec, r.E2ESec...)
+		out.Events += r.Events
+		out.Wall += r.Wall
+		out.SimTime += r.SimTime
+		out.HostLoads += r.HostLoads
+		out.StorageLoads += r.StorageLoads
+		out.Preemptions += r.Preemptions
+		out.KVEvictions += r.KVEvictions
+		out.PrefixQueries += r.PrefixQueries
+		out.PrefixHits += r.PrefixHits
+		out.OutputTokens += r.OutputTokens
+		out.Span += r.Span
+		sum.AdapterLoads += s.AdapterLoads
+		sum.Completed += s.Completed
+		sum.Failed += s.Failed
+		sum.Migrated += s.Migrated
+		sum.Drain.DeadlineSec = max(sum.Drain.DeadlineSec, s.Drain.DeadlineSec)
+		sum.Drain.FinishedSec = max(sum.Drain.FinishedSec, s.Drain.FinishedSec)
+		sum.Drain.NewAfterClose += s.Drain.NewAfterClose
+		sum.TTFTMeanBySeedSec = append(sum.TTFTMeanBySeedSec, s.TTFTMeanSec)
+		sum.TTFTP99BySeedSec = append(sum.TTFTP99BySeedSec, s.TTFTP99Sec)
+	}
+	out.summarize()
+	return out
 }
 
 func mean(x []float64) float64 {
