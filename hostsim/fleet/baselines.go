@@ -433,13 +433,22 @@ func (p *dynamoRouter) Pick(_ time.Duration, req *Request, _ int) Decision {
 // costs. It is the bound the real policies are measured against, not a
 // feasible router; where it loses, the rule's model of W is wrong, not its
 // inputs.
+//
+// Its ledger holds no work (each flight is cancelled as soon as it is
+// recorded: the exact work is in PeerWork) but what the rule prices from
+// the router's history: the adapters sent to each replica and their send
+// rates (the reloads a send causes, scoring.Pick's LRU model) and the
+// dispatch rate (the externality's λ). Without it the oracle ran a
+// different rule on LoRA fleets, one that prices a load but not the
+// reloads it causes, and trailed gpuroute there (lora, seeds 1–3 pooled:
+// TTFT mean 2.62 s against 0.75).
 type oracle struct {
 	f      *Fleet
 	params scoring.Params
 	reps   []scoring.Replica
-	adapt  [][1]scoring.Adapter
+	adapt  [][]scoring.Adapter
 	cached []int
-	rates  []scoring.Rate // its own dispatches per replica: the externality's λ
+	ledger *scoring.Ledger
 	d      scoring.Decision
 }
 
@@ -450,9 +459,9 @@ func (p *oracle) Start(f *Fleet) error {
 	p.params = scoring.DefaultParams()
 	n := f.Len()
 	p.reps = make([]scoring.Replica, n)
-	p.adapt = make([][1]scoring.Adapter, n)
+	p.adapt = make([][]scoring.Adapter, n)
 	p.cached = make([]int, n)
-	p.rates = make([]scoring.Rate, n)
+	p.ledger = scoring.NewLedger(p.params, n, 1)
 	for i := range n {
 		r := f.Replica(i)
 		p.reps[i].Addr = r.Addr
@@ -477,15 +486,17 @@ func (p *oracle) Pick(now time.Duration, req *Request, _ int) Decision {
 	}
 	sreq := scoring.Request{PromptTokens: req.PromptTokens, Chain: req.Chain(), Model: req.Model,
 		Adapter: req.Adapter, MaxTokens: req.MaxTokens, Stream: req.Stream}
-	scoring.Pick(&p.params, &sreq, p.reps, p.cached, nil, nowNanos, &p.d)
+	scoring.Pick(&p.params, &sreq, p.reps, p.cached, p.ledger, nowNanos, &p.d)
 	if p.d.Index < 0 && p.d.NoAdapterSlot > 0 {
 		// No open replica can take the adapter now: queue it where the
 		// rest of the cost is lowest; the replica loads it when a slot frees.
+		adapter := sreq.Adapter
 		sreq.Adapter = ""
-		scoring.Pick(&p.params, &sreq, p.reps, p.cached, nil, nowNanos, &p.d)
+		scoring.Pick(&p.params, &sreq, p.reps, p.cached, p.ledger, nowNanos, &p.d)
+		sreq.Adapter = adapter
 	}
-	if p.d.Index >= 0 {
-		p.rates[p.d.Index].Add(nowNanos, p.params.RateWindow.Seconds())
+	if i := p.d.Index; i >= 0 {
+		p.ledger.Cancel(p.ledger.Dispatch(i, &sreq, req.PromptTokens-p.cached[i], nowNanos))
 	}
 	return pickOr503(p.d.Index)
 }
@@ -519,23 +530,49 @@ func (p *oracle) fill(i int, req *Request, nowNanos int64) {
 			w.QueuedTokens += int64(q.target - q.done)
 		}
 	}
-	w.ArrivalPerSec = p.rates[i].At(nowNanos, p.params.RateWindow.Seconds())
 	s.PeerWork = w
 	s.WaitingRequests, s.RunningRequests = len(r.waiting), len(r.running)
 	capTok := r.KVCapacityTokens()
 	s.KVCapacityTokens = capTok
 	s.KVUsage = 1 - float64(r.FreeKVTokens())/float64(max(capTok, 1))
 	s.MaxBatchSeqs = r.cfg.MaxBatch
-	s.Adapters = s.Adapters[:0]
-	s.AdapterSlots = -1 // a free or evictable slot: the tier sets the cost
+	s.Adapters, s.AdapterSlots, s.AdapterHostSlots = nil, 0, 0
 	if req.Adapter != "" {
-		tier, ok := r.AdapterTier(req.Adapter)
-		if !ok {
-			s.AdapterSlots = 0
-		}
-		p.adapt[i][0] = scoring.Adapter{Name: req.Adapter, Tier: tier}
-		s.Adapters = p.adapt[i][:1]
+		s.AdapterSlots, s.AdapterHostSlots = r.cfg.MaxLoras, r.cfg.MaxCPULoras
+		s.Adapters = p.exactAdapters(i, r)
 	}
+}
+
+// exactAdapters lists r's adapters as an engine would if it reported all
+// of them: each GPU slot's (Active while it has requests), the idle ones in
+// the host cache, and the adapters of waiting requests that have no slot
+// (Active, at the tier their load will come from). Pick then prices the
+// slot waits and loads from the true caches.
+func (p *oracle) exactAdapters(i int, r *Replica) []scoring.Adapter {
+	a := p.adapt[i][:0]
+	add := func(name string, tier scoring.AdapterTier, active bool) {
+		for k := range a {
+			if a[k].Name == name {
+				a[k].Active = a[k].Active || active
+				return
+			}
+		}
+		a = append(a, scoring.Adapter{Name: name, Tier: tier, Active: active, Hash: scoring.HashString(name)})
+	}
+	for _, sl := range r.slots {
+		add(sl.name, scoring.TierGPU, sl.active > 0)
+	}
+	for _, h := range r.host {
+		add(h, scoring.TierHost, false)
+	}
+	for _, q := range r.waiting {
+		if q.req.Adapter != "" && !q.adapter {
+			tier, _ := r.AdapterTier(q.req.Adapter)
+			add(q.req.Adapter, tier, true)
+		}
+	}
+	p.adapt[i] = a
+	return a
 }
 
 // blockLRU is a bounded set of block hashes, least recently touched evicted
