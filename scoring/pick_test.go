@@ -947,7 +947,10 @@ func TestAdapterPendingLoads(t *testing.T) {
 // TestAdapterDisplacementCost checks the price of sharing a full cache:
 // with one other adapter sent once, as recently as this one, the two are
 // equally likely to be the one cached (Che: e^(−λT) = 1/2 each), so this
-// request costs the other half a reload, times the requests it stalls.
+// request costs the other half a reload, times the requests it stalls,
+// times the requests of the new adapter expected to follow it there: this
+// one and, for an adapter the router has not seen, as many as the
+// remembered placements average (one).
 func TestAdapterDisplacementCost(t *testing.T) {
 	snap := 100 * sec
 	now := snap + sec/100
@@ -960,10 +963,10 @@ func TestAdapterDisplacementCost(t *testing.T) {
 	}{
 		{name: "room everywhere", slots: 4, hostSlots: 8, want: func(*Hardware) float64 { return 0 }},
 		{name: "gpu slot taken", slots: 1, hostSlots: 8,
-			want: func(h *Hardware) float64 { return 0.5 * h.AdapterLoadHostSec * (1 + running) }},
+			want: func(h *Hardware) float64 { return 0.5 * h.AdapterLoadHostSec * (1 + running) * 2 }},
 		{name: "host cache full", slots: 4, hostSlots: 1,
 			want: func(h *Hardware) float64 {
-				return 0.5 * (h.AdapterLoadStorageSec - h.AdapterLoadHostSec) * (1 + running)
+				return 0.5 * (h.AdapterLoadStorageSec - h.AdapterLoadHostSec) * (1 + running) * 2
 			}},
 	}
 	ext := func(slots, hostSlots int) (float64, *Hardware) {
@@ -1184,5 +1187,66 @@ func TestCheSolveWarmStart(t *testing.T) {
 				t.Errorf("slots %d from %.3f: T, misses, own = %v, %v, %v; want %v, %v, %v", slots, from, got, m, o, root, miss, own)
 			}
 		}
+	}
+}
+
+// TestAdapterPlacementStream: a load from storage makes the replica the
+// adapter's home, and its later requests follow it there (they find it
+// resident), so the reloads its share of a full host cache causes recur for
+// every one of them, not only this request. The displacement is priced for
+// the requests the adapter is expected to send within AdapterMemory (an
+// unseen adapter: the mean of the remembered placements), against the
+// one-time stall of loading it on a busy replica with room. Priced for one
+// request, a rare adapter went to the idle replica with a full host cache
+// and thrashed it (lora seed 3: 15 storage reloads after the first load of
+// each adapter, always-warm none).
+func TestAdapterPlacementStream(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		sends      int // sends of each remembered adapter in the last seconds
+		adapter    string
+		adapterSet int // sends of the request's adapter (to replica 2, closed)
+		want       int
+	}{
+		{name: "one-off adapters: the stall decides", sends: 1, adapter: "new", want: 0},
+		{name: "frequent adapters, unseen one: the recurring reloads decide", sends: 20, adapter: "new", want: 1},
+		{name: "seen adapter that sends often", sends: 1, adapter: "x", adapterSet: 20, want: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			snap := 100 * sec
+			now := snap + sec/100
+			p := exactParams()
+			rs := fleet("h100", 3, snap)
+			for i := range rs {
+				rs[i].AdapterSlots, rs[i].AdapterHostSlots = 1, 2
+			}
+			rs[2].Healthy = false // where the seen adapter was, now gone
+			l := NewLedger(p, 3, 64)
+			send := func(replica int, adapter string, times int) {
+				for k := range times {
+					at := snap - int64(times-k)*sec/4
+					l.Cancel(l.Dispatch(replica, &Request{PromptTokens: 100, Adapter: adapter}, 100, at))
+				}
+			}
+			send(0, "a", tc.sends) // replica 0: idle, host cache full
+			send(0, "b", tc.sends)
+			send(1, "c", tc.sends) // replica 1: busy, a free host slot
+			send(2, tc.adapter, tc.adapterSet)
+			rs[1].RunningRequests = 4
+			req := Request{PromptTokens: 100, Adapter: tc.adapter}
+			var d Decision
+			Pick(&p, &req, rs, nil, l, now, &d)
+			var c [3]Candidate
+			for i := 0; i < d.NumTop; i++ {
+				c[d.Top[i].Index] = d.Top[i]
+			}
+			if d.Index != tc.want {
+				t.Errorf("Pick(%s, %d sends each) = replica %d (costs %.3f, %.3f; x %.3f, %.3f), want %d",
+					tc.adapter, tc.sends, d.Index, c[0].CostSec(), c[1].CostSec(), c[0].ExternalSec, c[1].ExternalSec, tc.want)
+			}
+			if n := testing.AllocsPerRun(100, func() { Pick(&p, &req, rs, nil, l, now, &d) }); n != 0 {
+				t.Errorf("Pick(adapter) allocates %v times per run, want 0", n)
+			}
+		})
 	}
 }
