@@ -152,8 +152,14 @@ func (s *stream) route(body []byte, truncated bool) types.Action {
 	// TTFT calibrates the replica's prefill cost only when nothing was
 	// queued ahead (none reported, a wait small next to the prefill): the
 	// router cannot see other gateways' queued requests, and TTFT minus an
-	// underestimated wait would teach it that a busy replica is slow.
-	s.calibrate = r.replicas[d.Index].WaitingRequests == 0 && best.WaitSec < calibrationMaxWaitShare*best.PrefillSec
+	// underestimated wait would teach it that a busy replica is slow. Nor
+	// when the request's adapter must be loaded: the load (15 ms to
+	// seconds, its tier a guess) is in the TTFT, and learned as prefill it
+	// made a replica that had loaded adapters from storage look 10× slower
+	// than the others (lora seed 5: 2.9 s of expected prefill against
+	// 0.25 s), so requests left replicas where their adapter was resident.
+	s.calibrate = r.replicas[d.Index].WaitingRequests == 0 && best.AdapterSec == 0 &&
+		best.WaitSec < calibrationMaxWaitShare*best.PrefillSec
 	s.uncached = max(req.PromptTokens-best.CachedTokens, 1)
 	s.flight = r.ledger.Dispatch(d.Index, req, s.uncached, now)
 	if s.flight != 0 {
