@@ -41,3 +41,26 @@ func TestSnapshotAdapterTiers(t *testing.T) {
 		}
 	}
 }
+
+// TestCalibrates: which requests' TTFT may calibrate the replica's prefill
+// cost.
+func TestCalibrates(t *testing.T) {
+	tests := []struct {
+		name    string
+		waiting int
+		c       scoring.Candidate
+		want    bool
+	}{
+		{name: "idle replica, resident or no adapter", c: scoring.Candidate{PrefillSec: 0.2}, want: true},
+		{name: "requests reported waiting", waiting: 1, c: scoring.Candidate{PrefillSec: 0.2}},
+		{name: "expected wait above a tenth of the prefill", c: scoring.Candidate{WaitSec: 0.03, PrefillSec: 0.2}},
+		{name: "adapter loaded from host memory", c: scoring.Candidate{AdapterSec: 0.015, PrefillSec: 0.2}},
+		{name: "adapter loaded from storage", c: scoring.Candidate{AdapterSec: 1.5, PrefillSec: 0.2}},
+	}
+	for _, tt := range tests {
+		rep := scoring.Replica{WaitingRequests: tt.waiting}
+		if got := calibrates(&rep, &tt.c); got != tt.want {
+			t.Errorf("calibrates(%s) = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

@@ -149,17 +149,7 @@ func (s *stream) route(body []byte, truncated bool) types.Action {
 	s.replica = d.Index
 	s.dispatchedNanos = now
 	s.expectedWaitSec = best.WaitSec
-	// TTFT calibrates the replica's prefill cost only when nothing was
-	// queued ahead (none reported, a wait small next to the prefill): the
-	// router cannot see other gateways' queued requests, and TTFT minus an
-	// underestimated wait would teach it that a busy replica is slow. Nor
-	// when the request's adapter must be loaded: the load (15 ms to
-	// seconds, its tier a guess) is in the TTFT, and learned as prefill it
-	// made a replica that had loaded adapters from storage look 10× slower
-	// than the others (lora seed 5: 2.9 s of expected prefill against
-	// 0.25 s), so requests left replicas where their adapter was resident.
-	s.calibrate = r.replicas[d.Index].WaitingRequests == 0 && best.AdapterSec == 0 &&
-		best.WaitSec < calibrationMaxWaitShare*best.PrefillSec
+	s.calibrate = calibrates(&r.replicas[d.Index], &best)
 	s.uncached = max(req.PromptTokens-best.CachedTokens, 1)
 	s.flight = r.ledger.Dispatch(d.Index, req, s.uncached, now)
 	if s.flight != 0 {
@@ -372,6 +362,21 @@ func (r *root) writeDestination(d *scoring.Decision) error {
 	}
 	r.destScratch = b
 	return proxy.ReplaceHeaderMapValue(proxy.MapTypeHttpRequestHeaders, HeaderDestination, string(b))
+}
+
+// calibrates reports whether the TTFT of a request sent to rep with the
+// chosen candidate's costs c may calibrate rep's prefill cost: only when
+// nothing was queued ahead (none reported, a wait small next to the
+// prefill), since the router cannot see other gateways' queued requests
+// and TTFT minus an underestimated wait would teach it that a busy replica
+// is slow; and only when the request's adapter need not be loaded, since
+// the load (15 ms to seconds, its tier a guess) is in the TTFT. Learned as
+// prefill, loads made a replica that had loaded adapters from storage look
+// 10× slower than the others (lora seed 5: 2.9 s of expected prefill
+// against 0.25 s), and requests left the replicas where their adapter was
+// resident.
+func calibrates(rep *scoring.Replica, c *scoring.Candidate) bool {
+	return rep.WaitingRequests == 0 && c.AdapterSec == 0 && c.WaitSec < calibrationMaxWaitShare*c.PrefillSec
 }
 
 // calibrationMaxWaitShare bounds the expected wait, as a share of the
