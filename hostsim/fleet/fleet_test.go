@@ -3,6 +3,7 @@ package fleet
 import (
 	"bytes"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -415,5 +416,32 @@ func TestOracleLoRA(t *testing.T) {
 		oracle.TTFTMeanSec, oracle.TTFTP99Sec, warm.TTFTMeanSec, warm.TTFTP99Sec, res[0].StorageLoads, res[1].StorageLoads)
 	if oracle.TTFTMeanSec > warm.TTFTMeanSec {
 		t.Errorf("lora seed 1 (60 s): oracle TTFT mean = %.3f s, want <= always-warm's %.3f s", oracle.TTFTMeanSec, warm.TTFTMeanSec)
+	}
+}
+
+// TestHostCacheRecency: the host LoRA cache is an LRU over uses, as vLLM's
+// worker manager keeps it, not over loads: an adapter in steady use on the
+// GPU must not age out of host memory behind adapters loaded after it.
+func TestHostCacheRecency(t *testing.T) {
+	r := newReplica(0, ReplicaConfig{Hardware: scoring.DefaultHardware(), MaxLoras: 2, MaxCPULoras: 2}, nil)
+	use := func(at time.Duration, name string) float64 {
+		sec, ok := r.acquireAdapter(name, at)
+		if !ok {
+			t.Fatalf("acquireAdapter(%s) at %v: no slot", name, at)
+		}
+		r.releaseAdapter(name, at+time.Second)
+		return sec
+	}
+	use(0, "x")
+	use(10*time.Second, "y")
+	if sec := use(20*time.Second, "x"); sec != 0 {
+		t.Fatalf("x on the GPU again: load %.3f s, want 0", sec)
+	}
+	use(30*time.Second, "z") // takes y's GPU slot; the host cache must drop y, not x
+	if want := []string{"x", "z"}; !slices.Equal(r.host, want) {
+		t.Errorf("host cache after x, y, x, z = %v, want %v", r.host, want)
+	}
+	if tier, _ := r.AdapterTier("y"); tier != scoring.TierStorage {
+		t.Errorf("AdapterTier(y) = %v, want %v", tier, scoring.TierStorage)
 	}
 }

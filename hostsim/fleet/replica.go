@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 	"time"
 
@@ -503,6 +504,7 @@ func (r *Replica) acquireAdapter(name string, now time.Duration) (float64, bool)
 		if r.slots[i].name == name {
 			r.slots[i].active++
 			r.slots[i].lastUsed = now
+			r.touchHost(name)
 			return 0, true
 		}
 	}
@@ -524,18 +526,11 @@ func (r *Replica) acquireAdapter(name string, now time.Duration) (float64, bool)
 		}
 	}
 	tier := scoring.TierStorage
-	for i, h := range r.host {
-		if h == name {
-			tier = scoring.TierHost
-			r.host = append(r.host[:i], r.host[i+1:]...)
-			break
-		}
-	}
-	r.host = append(r.host, name)
-	if len(r.host) > r.cfg.MaxCPULoras {
-		r.host = r.host[1:]
+	if slices.Contains(r.host, name) {
+		tier = scoring.TierHost
 	}
 	r.slots[slot] = loraSlot{name: name, active: 1, lastUsed: now}
+	r.touchHost(name)
 	r.adapterLoads++
 	if tier == scoring.TierHost {
 		r.hostLoads++
@@ -550,7 +545,37 @@ func (r *Replica) releaseAdapter(name string, now time.Duration) {
 		if r.slots[i].name == name {
 			r.slots[i].active--
 			r.slots[i].lastUsed = now
+			r.touchHost(name)
 			return
+		}
+	}
+}
+
+// touchHost makes name the most recently used adapter of the host cache,
+// adding it if absent and evicting the least recently used beyond
+// MaxCPULoras. vLLM's worker LoRA manager touches its host (CPU) LRU
+// cache every time a batch uses an adapter, not only when it loads one
+// (vllm/lora/worker_manager.py, LRUCacheWorkerLoRAManager.add_adapter:
+// an adapter already registered is looked up, which refreshes it), so an
+// adapter in steady use stays cached. Refreshed on loads only, the most
+// popular adapters, which stay on the GPU, aged out of host memory and
+// reloaded from storage (lora seed 5: tenants 1 and 2, 108 and 99
+// requests). Evicting from the host cache also frees an idle GPU slot
+// holding the adapter: vLLM's registered adapters include the active
+// ones, and removing one deactivates it.
+func (r *Replica) touchHost(name string) {
+	if i := slices.Index(r.host, name); i >= 0 {
+		r.host = append(r.host[:i], r.host[i+1:]...)
+	}
+	r.host = append(r.host, name)
+	for len(r.host) > max(r.cfg.MaxCPULoras, 0) {
+		victim := r.host[0]
+		r.host = r.host[1:]
+		for i := range r.slots {
+			if r.slots[i].name == victim && r.slots[i].active == 0 {
+				r.slots = slices.Delete(r.slots, i, i+1)
+				break
+			}
 		}
 	}
 }
