@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpuroute/gpuroute/hostsim"
+	"github.com/gpuroute/gpuroute/plugin/fleet"
 )
 
 // Tests that need several worker VMs, metrics callouts, responses and
@@ -477,12 +478,107 @@ func TestIdleWorkersLeaveIndexAlone(t *testing.T) {
 		f.route(i%4, strings.Repeat("shared system prompt. ", 40)+strconv.Itoa(i))
 	}
 	f.advance(300 * time.Millisecond) // every worker merges its dispatches
-	_, before, ok := f.h.SharedData(testVMID, keyPrefix)
+	_, before, ok := f.h.SharedData(testVMID, fleet.KeyPrefixShare)
 	if !ok {
 		t.Fatal("no shared prefix index after 8 dispatches")
 	}
 	f.advance(time.Second)
-	if _, after, _ := f.h.SharedData(testVMID, keyPrefix); after != before {
+	if _, after, _ := f.h.SharedData(testVMID, fleet.KeyPrefixShare); after != before {
 		t.Errorf("shared prefix index CAS went %d -> %d over 10 idle ticks, want it untouched", before, after)
+	}
+}
+
+// TestPrefixShareTailAndBase: workers share placements by appending to the
+// shared index's tail and, once the tail outgrows the base (repeated
+// prefixes add to the tail only), by replacing the base; across both,
+// every worker finds every prefix warm at its home, including the
+// prefixes it has never sent itself (each round moves each prefix to the
+// next worker). Homes alone would agree without sharing (rendezvous on an
+// idle fleet); the prefix-hit tokens would not.
+func TestPrefixShareTailAndBase(t *testing.T) {
+	f := newTestFleet(t, 3, 8, "")
+	f.advance(200 * time.Millisecond)
+	gen := func() uint64 {
+		v, _, ok := f.h.SharedData(testVMID, fleet.KeyPrefixShare)
+		var sh fleet.PrefixShare
+		if !ok || sh.Decode(v) != nil {
+			t.Fatalf("shared prefix index missing or unreadable (%d bytes)", len(v))
+		}
+		return sh.Gen
+	}
+	const prefixes, rounds = 24, 8
+	system := func(p int) string { return strings.Repeat("tenant "+strconv.Itoa(p)+" shared context. ", 600) }
+	homes := make([]string, prefixes)
+	gens := map[uint64]bool{}
+	for round := range rounds {
+		hits0 := f.metric(statPrefixHitTokens)
+		for p := range prefixes {
+			w := (p + round) % 3
+			dst := f.route(w, system(p)+"question "+strconv.Itoa(round))
+			switch {
+			case round == 0:
+				homes[p] = dst
+			case dst != homes[p]:
+				t.Errorf("round %d, prefix %d: worker %d sent it to %s, want its home %s", round, p, w, dst, homes[p])
+			}
+		}
+		// ~4,000-token prefixes; k counts whole 256-token checkpoints.
+		if hits := f.metric(statPrefixHitTokens) - hits0; round > 0 && hits < prefixes*3500 {
+			t.Errorf("round %d: %d prefix-hit tokens over %d dispatches of shared ~4,000-token prefixes, want >= %d",
+				round, hits, prefixes, prefixes*3500)
+		}
+		// Two ticks: a worker whose tick comes first sees the others'
+		// placements of this round on its next.
+		f.advance(200 * time.Millisecond)
+		gens[gen()] = true
+	}
+	if len(gens) < 2 {
+		t.Errorf("the shared index kept one base over %d dispatches, want the tail folded into a new base", prefixes*rounds)
+	}
+}
+
+// TestPrefixShareGarbage: a shared prefix index no worker can read (another
+// program's value under the key, a torn tail) is logged, replaced by a
+// readable one at the next merge, and routing goes on; what the workers
+// place afterwards is shared again.
+func TestPrefixShareGarbage(t *testing.T) {
+	good := fleet.AppendPrefixShareEntry(fleet.AppendPrefixShareHeader(nil, 1), 0, []uint64{1, 2})
+	fleet.SetPrefixShareBase(good[:fleet.PrefixShareHeaderLen]) // base: nothing, so the entry is the tail
+	for _, tc := range []struct {
+		name  string
+		value []byte
+	}{
+		{"not a share", []byte("hello")},
+		{"torn tail", good[:len(good)-3]},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newTestFleet(t, 2, 4, "")
+			f.advance(200 * time.Millisecond)
+			f.h.SetSharedData(testVMID, fleet.KeyPrefixShare, tc.value, 0)
+			system := strings.Repeat("a tenant's shared context. ", 400)
+			home := f.route(0, system+"first")
+			if home == "" {
+				t.Fatal("request not routed with an unreadable shared prefix index")
+			}
+			f.advance(300 * time.Millisecond)
+			warned := 0
+			for _, e := range f.h.Logs() {
+				if strings.Contains(e.Message, "shared prefix index unreadable") {
+					warned++
+				}
+			}
+			if warned == 0 {
+				t.Errorf("no worker logged the unreadable shared prefix index")
+			}
+			v, _, _ := f.h.SharedData(testVMID, fleet.KeyPrefixShare)
+			var sh fleet.PrefixShare
+			if err := sh.Decode(v); err != nil {
+				t.Fatalf("shared prefix index after a merge: %v, want a readable one", err)
+			}
+			hits0 := f.metric(statPrefixHitTokens)
+			if dst := f.route(1, system+"follow-up"); dst != home || f.metric(statPrefixHitTokens) == hits0 {
+				t.Errorf("worker 1's follow-up went to %s with %d prefix-hit tokens, want %s, warm", dst, f.metric(statPrefixHitTokens)-hits0, home)
+			}
+		})
 	}
 }

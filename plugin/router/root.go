@@ -70,13 +70,21 @@ type root struct {
 	leader    bool
 	snap      fleet.Snapshot
 	snapCAS   uint32
-	prefixCAS uint32
 	outbox    *fleet.Outbox
-	board     fleet.Board
-	peerWork  []scoring.Work
-	record    fleet.WorkRecord
-	workBuf   []byte // record's encoding, patched in place per request
-	registry  fleet.Registry
+	// shareGen and shareEnd say how much of the shared prefix index
+	// (fleet.PrefixShare) the local index holds: the base of generation
+	// shareGen and its tail up to byte shareEnd. shareAppend appends an
+	// outbox entry to scratch; shareScratch receives a tail entry's
+	// checkpoints.
+	shareGen     uint64
+	shareEnd     int
+	shareAppend  func(replica int, checkpoints []uint64)
+	shareScratch []uint64
+	board        fleet.Board
+	peerWork     []scoring.Work
+	record       fleet.WorkRecord
+	workBuf      []byte // record's encoding, patched in place per request
+	registry     fleet.Registry
 	// adapters and peerAdapters carry LoRA placements between workers.
 	adapters, peerAdapters fleet.AdapterRecord
 	registered             bool
@@ -218,6 +226,10 @@ func (r *root) setup(cfg *config.Config) error {
 	r.hasher.Init(cfg.BlockChars, maxChainBytes/cfg.BlockChars)
 	r.outbox = fleet.NewOutbox(outboxEntries, outboxHashes)
 	r.checkpoints = make([]uint64, 0, outboxHashes)
+	r.shareScratch = make([]uint64, outboxHashes)
+	r.shareAppend = func(replica int, checkpoints []uint64) {
+		r.scratch = fleet.AppendPrefixShareEntry(r.scratch, replica, checkpoints)
+	}
 	r.adapterHeld = make([]int, n)
 	r.adapterRecent = make([]bool, n)
 	r.snap.ConfigID = r.configID

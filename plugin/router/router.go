@@ -28,10 +28,8 @@ const (
 	// HeaderDecision is the opt-in response header explaining the decision.
 	HeaderDecision = "x-gpuroute-decision"
 
-	// Shared-data keys beyond the fleet package's (snapshot, lease, worker
-	// list, work records): the prefix index (scoring's versioned encoding)
-	// and the worker id counter.
-	keyPrefix   = "gpuroute/prefix"
+	// Shared-data key beyond the fleet package's (snapshot, lease, worker
+	// list, work records, prefix share): the worker id counter.
 	keyWorkerID = "gpuroute/worker-seq"
 
 	detailsUnavailable = "gpuroute_no_eligible_replica"

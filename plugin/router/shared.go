@@ -335,58 +335,102 @@ func (r *root) refreshBoard() {
 	}
 }
 
-// mergePrefixes folds the dispatches recorded since the last tick into the
-// shared prefix index: read, decode when another worker changed it, apply
-// our outbox and the placements imported from peer gateways, write back
-// with the read CAS. Affinity thereby holds across the workers of one
-// Envoy, and across gateways with the peer exchange (peers.go); without it
-// the rendezvous tie-break still gives a new prefix the same home on an
-// idle fleet. Our own dispatches are then journaled for the peers.
+// mergePrefixes shares the prefix index between the worker VMs (a
+// fleet.PrefixShare: a base and a tail of placements): it applies the
+// placements the other workers appended since this worker last looked
+// (all of base and tail when the base changed), then appends this
+// worker's dispatches since the last tick and the placements imported
+// from peer gateways, with the read CAS; a lost race retries. When the
+// tail has outgrown the base, the writer encodes its own index, which
+// holds everything, as the new base instead. Affinity thereby holds
+// across the workers of one Envoy, and across gateways with the peer
+// exchange (peers.go); without it the rendezvous tie-break still gives a
+// new prefix the same home on an idle fleet. Our own dispatches are then
+// journaled for the peers.
+//
+// The request path records a dispatch in the local index at once, so the
+// merge appends the outbox without applying it again, except after a new
+// base replaced the local index.
 func (r *root) mergePrefixes(now int64) {
+	pending := r.outbox.Len() > 0 || (r.importBox != nil && r.importBox.Len() > 0)
 	for range 3 {
-		v, cas, err := proxy.GetSharedData(keyPrefix)
+		var sh fleet.PrefixShare
+		v, cas, err := proxy.GetSharedData(fleet.KeyPrefixShare)
+		fresh := false // write a new base rather than append
 		switch {
 		case err == proxy.ErrNotFound:
-			cas = 0
+			cas, fresh = 0, true
 		case err != nil:
 			return
-		case cas != r.prefixCAS:
-			if err := r.index.UnmarshalBinary(v); err != nil {
-				r.log.warn("shared prefix index unreadable, rebuilding: " + err.Error())
-				r.index.Clear()
-			}
+		default:
+			fresh = !r.applyShare(v, &sh)
 		}
-		if r.outbox.Len() == 0 && (r.importBox == nil || r.importBox.Len() == 0) {
-			// Nothing to add: writing the index back would only bump its
-			// CAS and make every other worker decode it again.
-			r.prefixCAS = cas
+		if !pending {
 			return
 		}
-		r.outbox.Each(r.recordPrefix)
 		if r.importBox != nil {
 			r.importBox.Each(r.recordPrefix)
 		}
-		var buf []byte
-		buf, err = r.index.AppendBinary(r.scratch[:0])
-		if err != nil {
-			return
+		if fresh || len(sh.Tail) >= max(len(sh.Base)/2, minShareTail) {
+			r.shareGen, r.shareEnd = r.epochNonce(now), 0
+			r.scratch = fleet.AppendPrefixShareHeader(r.scratch[:0], r.shareGen)
+			if r.scratch, err = r.index.AppendBinary(r.scratch); err != nil || !fleet.SetPrefixShareBase(r.scratch) {
+				return
+			}
+		} else {
+			r.scratch = append(r.scratch[:0], v...)
+			r.outbox.Each(r.shareAppend)
+			if r.importBox != nil {
+				r.importBox.Each(r.shareAppend)
+			}
+			r.shareEnd = len(r.scratch) - (len(v) - len(sh.Tail))
 		}
-		r.scratch = buf
-		if proxy.SetSharedData(keyPrefix, buf, cas) == nil {
+		if proxy.SetSharedData(fleet.KeyPrefixShare, r.scratch, cas) == nil {
 			r.journalDispatches(now)
 			r.outbox.Reset()
 			if r.importBox != nil {
 				r.importBox.Reset()
 			}
-			// Our own write changes the CAS; remember "unknown" so the next
-			// tick re-reads, which also picks up later writers.
-			r.prefixCAS = 0
-			if _, c, err := proxy.GetSharedData(keyPrefix); err == nil {
-				r.prefixCAS = c
-			}
 			return
 		}
+		// Lost the race: the next read finds the winner's value, whose
+		// generation or tail says what to apply.
+		r.shareGen, r.shareEnd = 0, 0
 	}
+}
+
+// minShareTail is the tail a PrefixShare may grow to before a writer
+// replaces it with a new base (or half the base, when larger): the copy of
+// the value each tick grows with the tail, the decode of a new base in
+// every other worker with the base.
+const minShareTail = 16 << 10
+
+// applyShare decodes the share encoded in v into sh and brings the local
+// index up to it: the tail entries past shareEnd when sh has the
+// generation last applied, else its base and whole tail, and then this
+// worker's dispatches not yet shared (the base replaced the index that
+// held them). It returns false, with the index cleared but for those
+// dispatches and the reason logged, when v cannot be read.
+func (r *root) applyShare(v []byte, sh *fleet.PrefixShare) bool {
+	err := sh.Decode(v)
+	if err == nil && (sh.Gen != r.shareGen || r.shareEnd > len(sh.Tail)) {
+		if err = r.index.UnmarshalBinary(sh.Base); err == nil {
+			r.shareGen, r.shareEnd = sh.Gen, 0
+			r.outbox.Each(r.recordPrefix)
+		}
+	}
+	if err == nil {
+		r.shareEnd, err = sh.Each(r.shareEnd, r.shareScratch, r.recordPrefix)
+	}
+	if err != nil {
+		r.log.warn("shared prefix index unreadable, rebuilding: " + err.Error())
+		r.index.Clear()
+		r.outbox.Each(r.recordPrefix) // the new base must carry them
+		r.shareGen, r.shareEnd = 0, 0
+		*sh = fleet.PrefixShare{}
+		return false
+	}
+	return true
 }
 
 // enforceDrains ends what still streams from a replica whose drain deadline
