@@ -521,13 +521,17 @@ func (p *oracle) fill(i int, req *Request, nowNanos int64) {
 		w.QueuedN++
 		w.QueuedTokens += int64(q.target - k)
 	}
+	elapsed := r.stepElapsed(time.Duration(nowNanos - 1))
 	for _, q := range r.running {
 		if q.decode {
 			w.DecodeN++
 			w.DecodeTokens += int64(max(q.req.output-q.gen, 0))
 		} else {
+			// What is left of its prefill: the part of its chunk in the
+			// step in flight that has run is done, though the replica
+			// counts it only at the step's end.
 			w.QueuedN++
-			w.QueuedTokens += int64(q.target - q.done)
+			w.QueuedTokens += int64(float64(q.target-q.done) - float64(max(q.chunk, 0))*elapsed)
 		}
 	}
 	s.PeerWork = w

@@ -110,6 +110,8 @@ type Replica struct {
 	drainDead    time.Duration
 	epoch        int32 // bumped on crash/stop: stale step events are ignored
 	stepping     bool
+	// stepStart and stepEnd bound the step in flight while stepping.
+	stepStart, stepEnd time.Duration
 	waiting      []*seq
 	running      []*seq
 	kv           *kvCache
@@ -181,6 +183,15 @@ func (r *Replica) CachedPrefixTokens(req *Request) int {
 	}
 	k := r.kv.cachedBlocks(req.Chain()) * BlockTokens
 	return min(k, req.PromptTokens-1)
+}
+
+// stepElapsed returns the share of the step in flight that has run at now
+// (0 when none is): the prefill chunks in it are that far done.
+func (r *Replica) stepElapsed(now time.Duration) float64 {
+	if !r.stepping || r.stepEnd <= r.stepStart {
+		return 0
+	}
+	return min(max(float64(now-r.stepStart)/float64(r.stepEnd-r.stepStart), 0), 1)
 }
 
 // AdapterTier returns where adapter lives on the replica now, and whether a
@@ -345,6 +356,7 @@ func (r *Replica) startStep(now time.Duration) {
 	sec += float64(prefillTok)*h.PrefillSecPerToken + quad*h.PrefillSecPerToken2
 	dur := max(time.Duration(sec*1e9), 1)
 	r.stepping = true
+	r.stepStart, r.stepEnd = now, now+dur
 	r.sim.push(now+dur, evStep, r.Index, r.epoch)
 }
 
