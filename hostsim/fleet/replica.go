@@ -103,21 +103,21 @@ type Replica struct {
 	cfg ReplicaConfig
 	sim *sim
 
-	up           bool
-	draining     bool
-	removed      bool // taken out of service by a deploy (routers know)
-	drainStart   time.Duration
-	drainDead    time.Duration
-	epoch        int32 // bumped on crash/stop: stale step events are ignored
-	stepping     bool
+	up         bool
+	draining   bool
+	removed    bool // taken out of service by a deploy (routers know)
+	drainStart time.Duration
+	drainDead  time.Duration
+	epoch      int32 // bumped on crash/stop: stale step events are ignored
+	stepping   bool
 	// stepStart and stepEnd bound the step in flight while stepping.
 	stepStart, stepEnd time.Duration
-	waiting      []*seq
-	running      []*seq
-	kv           *kvCache
-	slots        []loraSlot
-	host         []string // host-memory adapter cache, least recent first
-	lastActivity time.Duration
+	waiting            []*seq
+	running            []*seq
+	kv                 *kvCache
+	slots              []loraSlot
+	host               []string // host-memory adapter cache, least recent first
+	lastActivity       time.Duration
 
 	// Cumulative counters (metrics text and the report).
 	promptTokens, genTokens   int64
