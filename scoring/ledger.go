@@ -1,5 +1,7 @@
 package scoring
 
+import "math"
+
 // Ledger is the router's own accounting between scrapes: the requests it
 // dispatched and has not seen finish (with their prefill tokens and a
 // remaining-output estimate that decays as tokens stream back), where it
@@ -36,23 +38,33 @@ type Ledger struct {
 	// placements were merged) sent, that have no GPU slot yet: listed as
 	// waiting by the snapshot, or sent after it and not listed.
 	pending []float64
-	// otherRate holds, per replica, the send rates of the other adapters
-	// remembered there (GPU or host memory), replica i's at
-	// otherRate[rateOff[i]:rateOff[i+1]]; selfRate the adapter's own rate
-	// on each replica (scratch for Pick, filled by markAdapter).
-	otherRate []float64
-	rateOff   []int32
+	// otherN counts, per replica, the other adapters remembered there (GPU
+	// or host memory) with a send rate, and selfRate is the adapter's own
+	// rate there (scratch for Pick, filled by markAdapter for adapter
+	// marked at markNanos). otherRate is scratch for one replica's other
+	// rates, otherFor's (-1: none), which only solving its caches needs
+	// (otherRates): a rate costs an exponential.
+	otherN    []int32
 	selfRate  []float64
+	otherRate []float64
+	otherFor  int
+	marked    uint64
+	markNanos int64
 	// reloadSec and ownSec are scratch for Pick, per replica: the reload
 	// seconds one more request of the adapter there costs the other
 	// adapters there, and costs the adapter's own later requests
 	// (reloadCost).
 	reloadSec []float64
 	ownSec    []float64
-	// che caches, per replica, the characteristic times of its two LoRA
-	// caches (cheSolve) for the adapters remembered there, so a Pick
-	// starts each solve next to its root instead of at 0.
+	// che caches, per replica, its two LoRA caches solved for the
+	// adapters remembered there (cheLevels), so a Pick prices a send to
+	// each in O(1) and solves only where the adapters changed.
 	che []cheCache
+	// decayFrom, decayTo and decayK remember the last common decay factor
+	// of the adapters' rates (cheLevels): every cache was last rescaled at
+	// the same Pick, so one exponential serves the fleet.
+	decayFrom, decayTo int64
+	decayK             float64
 	// adaptVer counts, per replica, changes of the adapters remembered
 	// there other than their common decay (a send, a new or replaced
 	// entry): a cached solution is valid only within one version.
@@ -126,40 +138,95 @@ type repAcc struct {
 	prefillGroups
 }
 
-// cheCache is a replica's cached LoRA cache solution: the characteristic
-// times for gpuSlots and hostSlots of the adapters remembered there, when
-// they numbered items with rates summing to sum, as of Ledger.adaptVer ver. The
-// rates all decay by the same factor between sends, and T scales inversely
-// with the rates, so T·sum stays valid until the version or count changes.
+// cheCache is a replica's two LoRA caches (GPU slots and host memory)
+// solved for all the adapters remembered there (cheLevelOf), whichever
+// adapter a request names: each pricing of a send (cheLevel.sendDelta) then
+// costs a few exponentials instead of solving the caches twice more, so of
+// a fleet only the replica the last request went to (whose rates changed)
+// solves again. The adapters' rates decay by one common factor between
+// sends, so the levels are rescaled to the current time (cheLevel.scale)
+// until Ledger.adaptVer moves or the number of adapters or the slots
+// change.
 type cheCache struct {
+	set                 bool
 	ver                 uint32
-	items               int
+	entries             int // adapters remembered there, with a rate
+	items               int // of them with a positive rate at atNanos
 	gpuSlots, hostSlots int
-	sum, gpuT, hostT    float64
+	atNanos             int64 // when the levels' rates were taken
+	gpu, host           cheLevel
 }
 
-// cheStart returns the cached characteristic times of replica's caches,
-// rescaled to rates summing to sum, or zeros when the cache does not match.
-func (l *Ledger) cheStart(replica, items, gpuSlots, hostSlots int, sum float64) (gpuT, hostT float64) {
-	if l == nil || replica >= len(l.che) {
-		return 0, 0
+// cheLevels returns replica's GPU and host cache levels as of the last
+// markAdapter, self being the marked adapter's rate there, and the
+// number of adapters they were solved for: cached when still valid (see
+// cheCache), else solved again, starting from the previous solution.
+// host is gpu when the slot counts are equal. Nil when the ledger has no
+// cache for replica.
+func (l *Ledger) cheLevels(replica int, self float64, gpuSlots, hostSlots int) (gpu, host *cheLevel, items int) {
+	if l == nil || replica < 0 || replica >= len(l.che) || replica >= len(l.otherN) {
+		return nil, nil, 0
+	}
+	now := l.markNanos
+	entries := int(l.otherN[replica])
+	if self > 0 {
+		entries++
 	}
 	c := &l.che[replica]
-	if c.ver != l.adaptVer[replica] || c.items != items || c.gpuSlots != gpuSlots || c.hostSlots != hostSlots ||
-		!(c.sum > 0) || !(sum > 0) {
-		return 0, 0
+	sameSlots := c.gpuSlots == gpuSlots && c.hostSlots == hostSlots
+	k := 0.0 // the rates' decay since the levels were solved (0: unknown)
+	if c.set && now >= c.atNanos {
+		k = l.decay(c.atNanos, now)
 	}
-	k := c.sum / sum
-	return c.gpuT * k, c.hostT * k
+	if c.set && c.ver == l.adaptVer[replica] && c.entries == entries && sameSlots && k > 0 {
+		if k != 1 {
+			c.gpu.scale(k)
+			if hostSlots != gpuSlots {
+				c.host.scale(k)
+			}
+		}
+	} else {
+		gpuFrom, hostFrom := 0.0, 0.0
+		if sameSlots && k > 0 {
+			gpuFrom, hostFrom = c.gpu.now.t/k, c.host.now.t/k
+		}
+		rest := l.otherRates(replica)
+		items = 0
+		if self > 0 {
+			items++
+		}
+		for _, x := range rest {
+			if x > 0 {
+				items++
+			}
+		}
+		c.gpu = cheLevelOf(rest, self, gpuSlots, gpuFrom)
+		if hostSlots != gpuSlots {
+			c.host = cheLevelOf(rest, self, hostSlots, hostFrom)
+		}
+		c.set, c.ver, c.entries, c.items, c.gpuSlots, c.hostSlots = true, l.adaptVer[replica], entries, items, gpuSlots, hostSlots
+	}
+	c.atNanos = now
+	if hostSlots == gpuSlots {
+		return &c.gpu, &c.gpu, c.items
+	}
+	return &c.gpu, &c.host, c.items
 }
 
-// cheKeep caches replica's solution (see cheCache).
-func (l *Ledger) cheKeep(replica, items, gpuSlots, hostSlots int, sum, gpuT, hostT float64) {
-	if l == nil || replica >= len(l.che) {
-		return
+// decay returns the factor by which the adapters' rates decay from
+// fromNanos to toNanos (Rate, with time constant Params.AdapterMemory).
+func (l *Ledger) decay(fromNanos, toNanos int64) float64 {
+	if fromNanos == toNanos {
+		return 1
 	}
-	l.che[replica] = cheCache{ver: l.adaptVer[replica], items: items, gpuSlots: gpuSlots, hostSlots: hostSlots,
-		sum: sum, gpuT: gpuT, hostT: hostT}
+	if fromNanos != l.decayFrom || toNanos != l.decayTo {
+		l.decayFrom, l.decayTo = fromNanos, toNanos
+		l.decayK = 0
+		if w := l.p.AdapterMemory.Seconds(); w > 0 {
+			l.decayK = math.Exp(-float64(toNanos-fromNanos) / 1e9 / w)
+		}
+	}
+	return l.decayK
 }
 
 // prefillGroups follows the progress of the router's queued prefills on
@@ -251,10 +318,11 @@ func NewLedger(p Params, maxReplicas, maxInFlight int) *Ledger {
 		host:    make([]uint64, (maxReplicas+63)/64),
 		fresh:   make([]int32, maxReplicas),
 		pending: make([]float64, maxReplicas),
+		otherN:   make([]int32, maxReplicas),
+		selfRate: make([]float64, maxReplicas),
 		// One rate per adapter memory entry at most.
 		otherRate: make([]float64, 0, ledgerAdapterSlots),
-		rateOff:   make([]int32, 0, maxReplicas+1),
-		selfRate:  make([]float64, maxReplicas),
+		otherFor:  -1,
 		reloadSec: make([]float64, maxReplicas),
 		ownSec:    make([]float64, maxReplicas),
 		che:       make([]cheCache, maxReplicas),
@@ -281,6 +349,7 @@ func (l *Ledger) Reset() {
 	}
 	clear(l.reps)
 	clear(l.che)
+	l.otherFor = -1
 	clear(l.adaptVer)
 	l.adapt = l.adapt[:0]
 }
@@ -723,7 +792,8 @@ func (l *Ledger) markAdapter(adapter uint64, replicas []Replica, nowNanos int64)
 	clear(l.fresh)
 	clear(l.pending)
 	clear(l.selfRate)
-	l.otherRate, l.rateOff = l.otherRate[:0], l.rateOff[:0]
+	clear(l.otherN)
+	l.marked, l.markNanos, l.otherFor = adapter, nowNanos, -1
 	if len(l.adapt) == 0 {
 		return
 	}
@@ -773,54 +843,63 @@ func (l *Ledger) markAdapter(adapter uint64, replicas []Replica, nowNanos int64)
 	l.markRates(adapter, nowNanos)
 }
 
-// markRates fills l.otherRate, l.rateOff and l.selfRate for adapter at
-// nowNanos from the placements remembered in GPU or host memory, grouped by
-// replica (counting sort over the memory: no allocation once the scratch
-// has grown to the memory's size).
+// markRates fills l.otherN and l.selfRate for adapter at nowNanos from the
+// placements remembered in GPU or host memory. An exponential per
+// replica holding the adapter, none per other placement: their rates are
+// only needed where a cache is solved again (otherRates).
 func (l *Ledger) markRates(adapter uint64, nowNanos int64) {
 	n := len(l.reps)
-	l.rateOff = l.rateOff[:0]
-	for range n + 1 {
-		l.rateOff = append(l.rateOff, 0)
-	}
 	keep := int64(l.p.AdapterHostMemory)
+	window := l.p.AdapterMemory.Seconds()
 	for i := range l.adapt {
 		a := &l.adapt[i]
-		if int(a.replica) < n && a.adapter != adapter && a.until+keep > nowNanos {
-			l.rateOff[a.replica]++
-		}
-	}
-	for i := 1; i <= n; i++ {
-		l.rateOff[i] += l.rateOff[i-1]
-	}
-	total := int(l.rateOff[n])
-	for range total {
-		l.otherRate = append(l.otherRate, 0)
-	}
-	window := l.p.AdapterMemory.Seconds()
-	// rateOff[r] is now the end of replica r's run (rateOff[n] the total);
-	// filling backwards leaves it at the start.
-	for i := len(l.adapt) - 1; i >= 0; i-- {
-		a := &l.adapt[i]
-		if int(a.replica) >= n || a.until+keep <= nowNanos {
+		if int(a.replica) >= n || a.until+keep <= nowNanos || !(a.rate.perSec > 0) {
 			continue
+		}
+		if a.rate.lastNanos > nowNanos {
+			// Sent after now (a clock step back, or a peer's clock
+			// ahead): its rate does not decay with the others' until now
+			// passes the send, so the replica's cached solution cannot be
+			// rescaled (cheLevels).
+			l.adaptVer[a.replica]++
 		}
 		if a.adapter == adapter {
 			l.selfRate[a.replica] = a.rate.At(nowNanos, window)
 			continue
 		}
-		l.rateOff[a.replica]--
-		l.otherRate[l.rateOff[a.replica]] = a.rate.At(nowNanos, window)
+		l.otherN[a.replica]++
 	}
 }
 
-// adapterRates returns the send rates of the other adapters remembered on
-// replica and the adapter's own there, as of the last markAdapter.
-func (l *Ledger) adapterRates(replica int) ([]float64, float64) {
-	if l == nil || replica+1 >= len(l.rateOff) {
-		return nil, 0
+// otherRates returns the send rates of the adapters other than the marked
+// one remembered on replica, as of the last markAdapter (l.otherRate, kept
+// for the next call for the same replica).
+func (l *Ledger) otherRates(replica int) []float64 {
+	if l.otherFor == replica {
+		return l.otherRate
 	}
-	return l.otherRate[l.rateOff[replica]:l.rateOff[replica+1]], l.selfRate[replica]
+	keep := int64(l.p.AdapterHostMemory)
+	window := l.p.AdapterMemory.Seconds()
+	l.otherRate = l.otherRate[:0]
+	for i := range l.adapt {
+		a := &l.adapt[i]
+		if int(a.replica) != replica || a.adapter == l.marked || a.until+keep <= l.markNanos || !(a.rate.perSec > 0) {
+			continue
+		}
+		l.otherRate = append(l.otherRate, a.rate.At(l.markNanos, window))
+	}
+	l.otherFor = replica
+	return l.otherRate
+}
+
+// adapterRates returns how many other adapters are remembered on replica
+// with a send rate, and the adapter's own rate there, as of the last
+// markAdapter.
+func (l *Ledger) adapterRates(replica int) (others int, self float64) {
+	if l == nil || replica < 0 || replica >= len(l.otherN) {
+		return 0, 0
+	}
+	return int(l.otherN[replica]), l.selfRate[replica]
 }
 
 // reloadOn returns the reload seconds per request that one more request

@@ -527,8 +527,8 @@ func reloadCost(p *Params, r *Replica, l *Ledger, i int) (others, own float64) {
 	if !(window > 0) {
 		return 0, 0
 	}
-	rest, self := l.adapterRates(i)
-	if len(rest) == 0 {
+	others0, self := l.adapterRates(i)
+	if others0 == 0 {
 		return 0, 0 // nothing of this router's there to displace or be displaced by
 	}
 	one := 1 / window
@@ -536,31 +536,25 @@ func reloadCost(p *Params, r *Replica, l *Ledger, i int) (others, own float64) {
 	if hostSlots <= 0 {
 		hostSlots = r.AdapterSlots
 	}
-	h := &r.Hardware
-	items, sum := 0, self
-	if self > 0 {
-		items++
+	gpu, host, items := l.cheLevels(i, self, r.AdapterSlots, hostSlots)
+	if gpu == nil {
+		return 0, 0
 	}
-	for _, x := range rest {
-		if x > 0 {
-			items++
-			sum += x
+	gpuOthers, gpuOwn, ok := gpu.sendDelta(self, one, items, r.AdapterSlots)
+	if !ok {
+		gpuOthers, gpuOwn = gpu.sendExact(l.otherRates(i), self, one, r.AdapterSlots)
+	}
+	hostOthers, hostOwn := gpuOthers, gpuOwn
+	if host != gpu {
+		hostOthers, hostOwn, ok = host.sendDelta(self, one, items, hostSlots)
+		if !ok {
+			hostOthers, hostOwn = host.sendExact(l.otherRates(i), self, one, hostSlots)
 		}
 	}
-	tg, th := l.cheStart(i, items, r.AdapterSlots, hostSlots, sum)
-	gpuNow, gpuOwnNow, tg := cheSolve(rest, self, r.AdapterSlots, tg)
-	gpuWith, gpuOwnWith, _ := cheSolve(rest, self+one, r.AdapterSlots, tg)
-	hostNow, hostOwnNow, hostWith, hostOwnWith := gpuNow, gpuOwnNow, gpuWith, gpuOwnWith
-	if hostSlots != r.AdapterSlots {
-		hostNow, hostOwnNow, th = cheSolve(rest, self, hostSlots, th)
-		hostWith, hostOwnWith, _ = cheSolve(rest, self+one, hostSlots, th)
-	} else {
-		th = tg
-	}
-	l.cheKeep(i, items, r.AdapterSlots, hostSlots, sum, tg, th)
+	h := &r.Hardware
 	fromHost, fromStorage := h.AdapterLoadHostSec, h.AdapterLoadStorageSec-h.AdapterLoadHostSec
-	others = ((gpuWith-gpuNow)*fromHost + (hostWith-hostNow)*fromStorage) / one
-	own = ((gpuOwnWith-gpuOwnNow)*fromHost + (hostOwnWith-hostOwnNow)*fromStorage) / one
+	others = (gpuOthers*fromHost + hostOthers*fromStorage) / one
+	own = (gpuOwn*fromHost + hostOwn*fromStorage) / one
 	return others, own
 }
 
