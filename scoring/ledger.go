@@ -307,17 +307,17 @@ func NewLedger(p Params, maxReplicas, maxInFlight int) *Ledger {
 	maxReplicas = max(maxReplicas, 1)
 	maxInFlight = max(maxInFlight, 1)
 	l := &Ledger{
-		p:       p,
-		flights: make([]flight, maxInFlight),
-		free:    make([]int32, 0, maxInFlight),
-		live:    make([]int32, 0, maxInFlight),
-		reps:    make([]repAcc, maxReplicas),
-		adapt:   make([]adapterMem, 0, ledgerAdapterSlots),
-		est:     make([]outputEst, 0, ledgerEstimators),
-		mark:    make([]uint64, (maxReplicas+63)/64),
-		host:    make([]uint64, (maxReplicas+63)/64),
-		fresh:   make([]int32, maxReplicas),
-		pending: make([]float64, maxReplicas),
+		p:        p,
+		flights:  make([]flight, maxInFlight),
+		free:     make([]int32, 0, maxInFlight),
+		live:     make([]int32, 0, maxInFlight),
+		reps:     make([]repAcc, maxReplicas),
+		adapt:    make([]adapterMem, 0, ledgerAdapterSlots),
+		est:      make([]outputEst, 0, ledgerEstimators),
+		mark:     make([]uint64, (maxReplicas+63)/64),
+		host:     make([]uint64, (maxReplicas+63)/64),
+		fresh:    make([]int32, maxReplicas),
+		pending:  make([]float64, maxReplicas),
 		otherN:   make([]int32, maxReplicas),
 		selfRate: make([]float64, maxReplicas),
 		// One rate per adapter memory entry at most.
