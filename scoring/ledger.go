@@ -42,14 +42,15 @@ type Ledger struct {
 	// or host memory) with a send rate, and selfRate is the adapter's own
 	// rate there (scratch for Pick, filled by markAdapter for adapter
 	// marked at markNanos). otherRate is scratch for one replica's other
-	// rates, otherFor's (-1: none), which only solving its caches needs
-	// (otherRates): a rate costs an exponential.
-	otherN    []int32
-	selfRate  []float64
-	otherRate []float64
-	otherFor  int
-	marked    uint64
-	markNanos int64
+	// rates, otherFor's (-1: none) times otherScale, which only solving
+	// its caches needs (otherRates): a rate costs an exponential.
+	otherN     []int32
+	selfRate   []float64
+	otherRate  []float64
+	otherFor   int
+	otherScale float64
+	marked     uint64
+	markNanos  int64
 	// reloadSec and ownSec are scratch for Pick, per replica: the reload
 	// seconds one more request of the adapter there costs the other
 	// adapters there, and costs the adapter's own later requests
@@ -60,11 +61,12 @@ type Ledger struct {
 	// adapters remembered there (cheLevels), so a Pick prices a send to
 	// each in O(1) and solves only where the adapters changed.
 	che []cheCache
-	// decayFrom, decayTo and decayK remember the last common decay factor
-	// of the adapters' rates (cheLevels): every cache was last rescaled at
-	// the same Pick, so one exponential serves the fleet.
-	decayFrom, decayTo int64
-	decayK             float64
+	// growEpoch is the origin of cheCache.shrink: e^((t − growEpoch)/
+	// AdapterMemory), by which the adapters' rates shrink from growEpoch
+	// to t, is growAt growNanos, so one exponential a Pick relates every
+	// replica's cached rates to the current ones (cheLevels).
+	growEpoch, growNanos int64
+	growAt               float64
 	// adaptVer counts, per replica, changes of the adapters remembered
 	// there other than their common decay (a send, a new or replaced
 	// entry): a cached solution is valid only within one version.
@@ -143,54 +145,52 @@ type repAcc struct {
 // adapter a request names: each pricing of a send (cheLevel.sendDelta) then
 // costs a few exponentials instead of solving the caches twice more, so of
 // a fleet only the replica the last request went to (whose rates changed)
-// solves again. The adapters' rates decay by one common factor between
-// sends, so the levels are rescaled to the current time (cheLevel.scale)
-// until Ledger.adaptVer moves or the number of adapters or the slots
-// change.
+// solves again. The levels are solved for the rates at atNanos. The rates
+// decay by one common factor between sends, and Che's solution scales with
+// them (cheSolve), so they stay valid in those units until
+// Ledger.adaptVer moves or the number of adapters or the slots change:
+// the current rates are converted to them, not the levels to the rates.
 type cheCache struct {
 	set                 bool
 	ver                 uint32
 	entries             int // adapters remembered there, with a rate
 	items               int // of them with a positive rate at atNanos
 	gpuSlots, hostSlots int
-	atNanos             int64 // when the levels' rates were taken
+	atNanos             int64
+	shrink              float64 // e^(−(atNanos − Ledger.growEpoch)/AdapterMemory)
 	gpu, host           cheLevel
 }
 
 // cheLevels returns replica's GPU and host cache levels as of the last
-// markAdapter, self being the marked adapter's rate there, and the
-// number of adapters they were solved for: cached when still valid (see
-// cheCache), else solved again, starting from the previous solution.
-// host is gpu when the slot counts are equal. Nil when the ledger has no
-// cache for replica.
-func (l *Ledger) cheLevels(replica int, self float64, gpuSlots, hostSlots int) (gpu, host *cheLevel, items int) {
+// markAdapter, self being the marked adapter's rate there, the number of
+// adapters they were solved for, and toRef, the factor from the current
+// rates to the units the levels are in (≥ 1: the rates when they were
+// solved). Cached when still valid (see cheCache), else solved again,
+// starting from the previous solution. host is gpu when the slot counts
+// are equal. Nil when the ledger has no cache for replica.
+func (l *Ledger) cheLevels(replica int, self float64, gpuSlots, hostSlots int) (gpu, host *cheLevel, items int, toRef float64) {
 	if l == nil || replica < 0 || replica >= len(l.che) || replica >= len(l.otherN) {
-		return nil, nil, 0
+		return nil, nil, 0, 0
 	}
 	now := l.markNanos
 	entries := int(l.otherN[replica])
 	if self > 0 {
 		entries++
 	}
+	grow := l.grow(now)
 	c := &l.che[replica]
 	sameSlots := c.gpuSlots == gpuSlots && c.hostSlots == hostSlots
-	k := 0.0 // the rates' decay since the levels were solved (0: unknown)
-	if c.set && now >= c.atNanos {
-		k = l.decay(c.atNanos, now)
+	toRef = grow * c.shrink
+	if !(c.set && now >= c.atNanos && toRef < math.Inf(1)) {
+		toRef = 0 // the rates since the levels were solved are unknown
 	}
-	if c.set && c.ver == l.adaptVer[replica] && c.entries == entries && sameSlots && k > 0 {
-		if k != 1 {
-			c.gpu.scale(k)
-			if hostSlots != gpuSlots {
-				c.host.scale(k)
-			}
-		}
-	} else {
+	if !(toRef > 0 && c.ver == l.adaptVer[replica] && c.entries == entries && sameSlots) {
 		gpuFrom, hostFrom := 0.0, 0.0
-		if sameSlots && k > 0 {
-			gpuFrom, hostFrom = c.gpu.now.t/k, c.host.now.t/k
+		if sameSlots && toRef > 0 {
+			// The previous solution in the current rates' units.
+			gpuFrom, hostFrom = c.gpu.now.t*toRef, c.host.now.t*toRef
 		}
-		rest := l.otherRates(replica)
+		rest := l.otherRates(replica, 1)
 		items = 0
 		if self > 0 {
 			items++
@@ -205,28 +205,34 @@ func (l *Ledger) cheLevels(replica int, self float64, gpuSlots, hostSlots int) (
 			c.host = cheLevelOf(rest, self, hostSlots, hostFrom)
 		}
 		c.set, c.ver, c.entries, c.items, c.gpuSlots, c.hostSlots = true, l.adaptVer[replica], entries, items, gpuSlots, hostSlots
+		c.atNanos, c.shrink, toRef = now, 1/grow, 1
 	}
-	c.atNanos = now
 	if hostSlots == gpuSlots {
-		return &c.gpu, &c.gpu, c.items
+		return &c.gpu, &c.gpu, c.items, toRef
 	}
-	return &c.gpu, &c.host, c.items
+	return &c.gpu, &c.host, c.items, toRef
 }
 
-// decay returns the factor by which the adapters' rates decay from
-// fromNanos to toNanos (Rate, with time constant Params.AdapterMemory).
-func (l *Ledger) decay(fromNanos, toNanos int64) float64 {
-	if fromNanos == toNanos {
-		return 1
+// grow returns e^((nowNanos − l.growEpoch)/AdapterMemory) (see
+// Ledger.growEpoch), moving the epoch to nowNanos, and so dropping every
+// cached solution, when that would leave the range of float64.
+func (l *Ledger) grow(nowNanos int64) float64 {
+	if nowNanos == l.growNanos && l.growAt > 0 {
+		return l.growAt
 	}
-	if fromNanos != l.decayFrom || toNanos != l.decayTo {
-		l.decayFrom, l.decayTo = fromNanos, toNanos
-		l.decayK = 0
-		if w := l.p.AdapterMemory.Seconds(); w > 0 {
-			l.decayK = math.Exp(-float64(toNanos-fromNanos) / 1e9 / w)
+	w := l.p.AdapterMemory.Seconds()
+	if !(w > 0) {
+		return 0
+	}
+	x := float64(nowNanos-l.growEpoch) / 1e9 / w
+	if !(x >= 0 && x <= 500) {
+		l.growEpoch, x = nowNanos, 0
+		for i := range l.che {
+			l.che[i].set = false
 		}
 	}
-	return l.decayK
+	l.growNanos, l.growAt = nowNanos, math.Exp(x)
+	return l.growAt
 }
 
 // prefillGroups follows the progress of the router's queued prefills on
@@ -872,10 +878,10 @@ func (l *Ledger) markRates(adapter uint64, nowNanos int64) {
 }
 
 // otherRates returns the send rates of the adapters other than the marked
-// one remembered on replica, as of the last markAdapter (l.otherRate, kept
-// for the next call for the same replica).
-func (l *Ledger) otherRates(replica int) []float64 {
-	if l.otherFor == replica {
+// one remembered on replica, as of the last markAdapter, times scale
+// (l.otherRate, kept for the next call for the same replica and scale).
+func (l *Ledger) otherRates(replica int, scale float64) []float64 {
+	if l.otherFor == replica && l.otherScale == scale {
 		return l.otherRate
 	}
 	keep := int64(l.p.AdapterHostMemory)
@@ -886,9 +892,9 @@ func (l *Ledger) otherRates(replica int) []float64 {
 		if int(a.replica) != replica || a.adapter == l.marked || a.until+keep <= l.markNanos || !(a.rate.perSec > 0) {
 			continue
 		}
-		l.otherRate = append(l.otherRate, a.rate.At(l.markNanos, window))
+		l.otherRate = append(l.otherRate, a.rate.At(l.markNanos, window)*scale)
 	}
-	l.otherFor = replica
+	l.otherFor, l.otherScale = replica, scale
 	return l.otherRate
 }
 

@@ -125,17 +125,6 @@ func (x *cheExp) addMoments(r float64) {
 	}
 }
 
-// scale turns x into the expansion of the same items with every rate
-// multiplied by k: t scales by 1/k and a[i] by k^i (λ·t is unchanged).
-func (x *cheExp) scale(k float64) {
-	x.t /= k
-	f := k
-	for i := 1; i < len(x.a); i++ {
-		x.a[i] *= f
-		f *= k
-	}
-}
-
 // cheLevel is one LRU cache solved for the rates of all the items it
 // serves, so that one more send of any one of them is priced in a few
 // exponentials (sendDelta) instead of two more solves of the cache.
@@ -161,13 +150,6 @@ func cheLevelOf(rates []float64, extra float64, slots int, from float64) cheLeve
 		lv.now.center(rates, extra, t)
 	}
 	return lv
-}
-
-// scale is cheExp.scale for both expansions: a level stays valid while its
-// items' rates decay by a common factor.
-func (lv *cheLevel) scale(k float64) {
-	lv.now.scale(k)
-	lv.add.scale(k)
 }
 
 // cheStepMax is the largest relative move of the characteristic time
@@ -254,10 +236,12 @@ func (lv *cheLevel) sendDelta(self, delta float64, items, slots int) (others, ow
 // the solve fails.
 //
 // The left side is decreasing and convex in d (so c[1] < 0 < c[2]). The
-// root of its quadratic at 0 starts Newton within about (|d|/t)³·t of d;
-// each step costs one exponential and two polynomials of the order |d|/t
-// asks for (cheTerm), and ends when a step is below 1e-6·t (Newton
-// converges quadratically: d is then exact to about its square).
+// root of its quadratic at 0 is within about (|d|/t)³·t of d: taken as it
+// is up to |d| = 1e-3·t (a send that barely moves t, or an expansion
+// centred near where this send was solved), else the start of Newton's
+// method, whose steps cost one exponential and two polynomials of the
+// order |d|/t asks for (cheTerm) and which ends after a step below 1e-4·t
+// (it converges quadratically: d is then exact to about 1e-8·t).
 func sendStep(c *[cheOrder + 1]float64, t, b, r float64) (e, others float64, ok bool) {
 	e = math.Exp(-r * t)
 	f0, f1 := e-b, c[1]-r*e
@@ -265,27 +249,30 @@ func sendStep(c *[cheOrder + 1]float64, t, b, r float64) (e, others float64, ok 
 		return 0, 0, false
 	}
 	d := -f0 / f1
-	order := 2
-	if ad := math.Abs(d); ad <= 1e-6*t {
-		// Newton's first step is as good as its last (a send that barely
-		// moves t, or an expansion centred where this send was solved).
-		e *= 1 - r*d
-	} else {
-		if disc := f1*f1 - f0*(4*c[2]+2*r*r*e); disc > 0 {
+	ad := math.Abs(d)
+	if ad > 1e-6*t {
+		f2 := 2*c[2] + r*r*e
+		if disc := f1*f1 - 2*f0*f2; disc > 0 {
 			d = 2 * f0 / (math.Sqrt(disc) - f1) // the root nearer 0, without cancellation
+			// The cubic term's correction, to a Newton step's precision.
+			d -= (c[3] - r*r*r*e/6) * d * d * d / (f1 + f2*d)
 			ad = math.Abs(d)
 		}
-		// Terms until the first dropped one, (|d|/t)^(order+1) with a
-		// margin for the start's error, is below cheTerm.
-		x := 2 * ad / t
-		if x > 1 {
-			x = 1
-		}
-		xp := x * x * x
-		for order < cheOrder && xp > cheTerm {
-			order++
-			xp *= x
-		}
+	}
+	// Terms until the first dropped one, (|d|/t)^(order+1) with a margin
+	// for the start's error, is below cheTerm.
+	x := 2 * ad / t
+	if x > 1 {
+		x = 1
+	}
+	order, xp := 2, x*x*x
+	for order < cheOrder && xp > cheTerm {
+		order++
+		xp *= x
+	}
+	if ad <= 1e-2*t {
+		e = shift(e, r*d)
+	} else {
 		for i := 0; ; i++ {
 			if !(math.Abs(d) <= cheStepMax*t) || i == 16 {
 				return 0, 0, false
@@ -305,8 +292,8 @@ func sendStep(c *[cheOrder + 1]float64, t, b, r float64) (e, others float64, ok 
 			}
 			step := f / fp
 			d -= step
-			if math.Abs(step) <= 1e-6*t {
-				e *= 1 + r*step // e at the new d, to first order in the step
+			if math.Abs(step) <= 1e-4*t {
+				e = shift(e, -r*step)
 				break
 			}
 		}
@@ -316,6 +303,15 @@ func sendStep(c *[cheOrder + 1]float64, t, b, r float64) (e, others float64, ok 
 		q = q*d + float64(k)*c[k]
 	}
 	return e, -q * d, true
+}
+
+// shift returns e·e^(−y): to fifth order, as exact as the exponential
+// for |y| ≤ 1e-2 (the error is y⁶/720), else by it.
+func shift(e, y float64) float64 {
+	if math.Abs(y) <= 1e-2 {
+		return e * (1 - y*(1-y*(1.0/2-y*(1.0/6-y*(1.0/24-y/120)))))
+	}
+	return e * math.Exp(-y)
 }
 
 // sendExact is sendDelta by solving the cache with the send (cheSolve):

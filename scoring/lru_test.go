@@ -167,16 +167,17 @@ func FuzzSendDelta(f *testing.F) {
 	})
 }
 
-// TestCheLevelScale: a level rescaled for rates decayed by a common factor
-// prices a send as one solved for the decayed rates.
-func TestCheLevelScale(t *testing.T) {
+// TestCheLevelUnits: a level solved for rates that have since decayed by
+// a common factor k prices a send as one solved for the decayed rates,
+// once the current rates are converted to its units (divided by k), as
+// reloadCost does.
+func TestCheLevelUnits(t *testing.T) {
 	const one = 1.0 / 60
 	rest := []float64{4 * one, 2 * one, one, one, 0.5 * one, 0.2 * one}
 	for _, self := range []float64{0, 0.3 * one, 3 * one} {
 		for _, k := range []float64{1, 0.9, 0.5, 0.1} {
 			lv := cheLevelOf(rest, self, 3, 0)
 			lv.sendExact(rest, self, one, 3) // centres add for a new item
-			lv.scale(k)
 			decayed := make([]float64, len(rest))
 			for i, x := range rest {
 				decayed[i] = x * k
@@ -185,24 +186,26 @@ func TestCheLevelScale(t *testing.T) {
 			if self > 0 {
 				items++
 			}
-			o, w, ok := lv.sendDelta(self*k, one, items, 3)
-			wo, ww := exactSend(decayed, self*k, one, 3)
+			o, w, ok := lv.sendDelta(self, one/k, items, 3)
 			if !ok {
 				if k > 0.5 {
-					t.Errorf("send(self %v, scaled %v): expansion declined, want it priced", self, k)
+					t.Errorf("send(self %v, decayed %v): expansion declined, want it priced", self, k)
 				}
-				o, w = lv.sendExact(decayed, self*k, one, 3)
+				o, w = lv.sendExact(rest, self, one/k, 3)
 			}
+			o, w = o*k, w*k // back to the decayed rates' units
+			wo, ww := exactSend(decayed, self*k, one, 3)
 			if math.Abs(o-wo)/one > sendTolerance || math.Abs(w-ww)/one > sendTolerance {
-				t.Errorf("send(self %v, scaled %v) = %v, %v per send, want %v, %v", self, k, o/one, w/one, wo/one, ww/one)
+				t.Errorf("send(self %v, decayed %v) = %v, %v per send, want %v, %v", self, k, o/one, w/one, wo/one, ww/one)
 			}
 		}
 	}
 }
 
-// TestCheCache: a replica's cached levels are rescaled while its adapters'
-// rates only decay together, and solved again when one of them is sent
-// there again, the set changes, or the slots do.
+// TestCheCache: a replica's cached levels are kept while its adapters'
+// rates only decay together (toRef converting the current rates to their
+// units), and solved again when one of them is sent there again, the set
+// changes, or the slots do.
 func TestCheCache(t *testing.T) {
 	p := DefaultParams()
 	l := NewLedger(p, 2, 8)
@@ -214,18 +217,18 @@ func TestCheCache(t *testing.T) {
 	}
 	// solve marks adapter 9 (on neither replica) at now and returns
 	// replica 1's GPU level, with 2 GPU and hostSlots host slots.
-	solve := func(now int64, hostSlots int) *cheLevel {
+	solve := func(now int64, hostSlots int) (*cheLevel, float64) {
 		l.markAdapter(9, nil, now)
 		_, self := l.adapterRates(1)
-		g, _, _ := l.cheLevels(1, self, 2, hostSlots)
-		return g
+		g, _, _, toRef := l.cheLevels(1, self, 2, hostSlots)
+		return g, toRef
 	}
 	const marker = 42.0 // no solve writes it
-	solve(at, 4).now.a[cheOrder] = marker
-	if g := solve(at+10*sec, 4); g.now.a[cheOrder] == marker || math.Abs(g.now.a[cheOrder]/marker-math.Pow(math.Exp(-10/p.AdapterMemory.Seconds()), cheOrder)) > 1e-9 {
-		t.Errorf("cheLevels 10 s later: a[%d] = %v, want the cached %v rescaled", cheOrder, g.now.a[cheOrder], marker)
+	g, _ := solve(at, 4)
+	g.now.a[cheOrder] = marker
+	if g, toRef := solve(at+10*sec, 4); g.now.a[cheOrder] != marker || math.Abs(toRef-math.Exp(10/p.AdapterMemory.Seconds())) > 1e-12 {
+		t.Errorf("cheLevels 10 s later: a[%d] = %v, toRef %v; want the cached %v, e^(10/60)", cheOrder, g.now.a[cheOrder], toRef, marker)
 	}
-	decay10 := math.Pow(math.Exp(-10/p.AdapterMemory.Seconds()), cheOrder)
 	for _, tt := range []struct {
 		name         string
 		change       func()
@@ -235,25 +238,27 @@ func TestCheCache(t *testing.T) {
 		{"a new adapter there", func() { l.rememberAdapter(7, 1, at+20*sec, at+20*sec+mem) }, 4, 4},
 		{"other host slots", func() {}, 4, 5},
 	} {
-		solve(at+20*sec, tt.host0).now.a[cheOrder] = marker
+		g, _ := solve(at+20*sec, tt.host0)
+		g.now.a[cheOrder] = marker
 		tt.change()
-		if g := solve(at+30*sec, tt.host1); g.now.a[cheOrder] == marker*decay10 {
-			t.Errorf("cheLevels after %s: kept the cached level, want it solved again", tt.name)
+		if g, toRef := solve(at+30*sec, tt.host1); g.now.a[cheOrder] == marker || toRef != 1 {
+			t.Errorf("cheLevels after %s: a[%d] = %v, toRef %v; want it solved again", tt.name, cheOrder, g.now.a[cheOrder], toRef)
 		}
 	}
 	// A send stamped after now decays from then, not with the others: no
-	// level may be rescaled until now passes it.
+	// level is kept until now passes it.
 	l.rememberAdapter(3, 1, at+60*sec, at+60*sec+mem)
-	solve(at+40*sec, 4).now.a[cheOrder] = marker
-	if g := solve(at+50*sec, 4); g.now.a[cheOrder] == marker*decay10 {
+	g, _ = solve(at+40*sec, 4)
+	g.now.a[cheOrder] = marker
+	if g, _ := solve(at+50*sec, 4); g.now.a[cheOrder] == marker {
 		t.Errorf("cheLevels with a send stamped after now: kept the cached level, want it solved again")
 	}
 	l.markAdapter(9, nil, at+100*sec)
-	l.cheLevels(0, 0, 2, 4)
-	l.che[0].gpu.now.a[cheOrder] = marker
+	g, _, _, _ = l.cheLevels(0, 0, 2, 4)
+	g.now.a[cheOrder] = marker
 	l.rememberAdapter(3, 1, at+100*sec, at+100*sec+mem)
 	l.markAdapter(9, nil, at+100*sec)
-	if g, _, _ := l.cheLevels(0, 0, 2, 4); g.now.a[cheOrder] != marker {
+	if g, _, _, _ := l.cheLevels(0, 0, 2, 4); g.now.a[cheOrder] != marker {
 		t.Errorf("cheLevels(replica 0) after a send to replica 1: a[%d] = %v, want the cached %v", cheOrder, g.now.a[cheOrder], marker)
 	}
 }

@@ -536,19 +536,22 @@ func reloadCost(p *Params, r *Replica, l *Ledger, i int) (others, own float64) {
 	if hostSlots <= 0 {
 		hostSlots = r.AdapterSlots
 	}
-	gpu, host, items := l.cheLevels(i, self, r.AdapterSlots, hostSlots)
+	// In the units of the cached levels (cheLevels): the rates when they
+	// were solved. Misses per send do not depend on the units.
+	gpu, host, items, toRef := l.cheLevels(i, self, r.AdapterSlots, hostSlots)
 	if gpu == nil {
 		return 0, 0
 	}
+	self, one = self*toRef, one*toRef
 	gpuOthers, gpuOwn, ok := gpu.sendDelta(self, one, items, r.AdapterSlots)
 	if !ok {
-		gpuOthers, gpuOwn = gpu.sendExact(l.otherRates(i), self, one, r.AdapterSlots)
+		gpuOthers, gpuOwn = gpu.sendExact(l.otherRates(i, toRef), self, one, r.AdapterSlots)
 	}
 	hostOthers, hostOwn := gpuOthers, gpuOwn
 	if host != gpu {
 		hostOthers, hostOwn, ok = host.sendDelta(self, one, items, hostSlots)
 		if !ok {
-			hostOthers, hostOwn = host.sendExact(l.otherRates(i), self, one, hostSlots)
+			hostOthers, hostOwn = host.sendExact(l.otherRates(i, toRef), self, one, hostSlots)
 		}
 	}
 	h := &r.Hardware
