@@ -235,40 +235,33 @@ func (lv *cheLevel) sendDelta(self, delta float64, items, slots int) (others, ow
 // from t to t+d, −(P′(d) − P′(0)); false when d is beyond cheStepMax·t or
 // the solve fails.
 //
-// The left side is decreasing and convex in d (so c[1] < 0 < c[2]). The
-// root of its quadratic at 0 is within about (|d|/t)³·t of d: taken as it
-// is up to |d| = 1e-3·t (a send that barely moves t, or an expansion
-// centred near where this send was solved), else the start of Newton's
-// method, whose steps cost one exponential and two polynomials of the
-// order |d|/t asks for (cheTerm) and which ends after a step below 1e-4·t
-// (it converges quadratically: d is then exact to about 1e-8·t).
+// The left side is decreasing and convex in d (so c[1] < 0 < c[2]). Its
+// cubic at 0, inverted as a series in Newton's first step u (d ≈ u +
+// α·u² + β·u³), is within about (|d|/t)⁴·t of d: taken as it is up to
+// |d| = 1e-2·t (a send that barely moves t, or an expansion centred near
+// where this send was solved), else the start of Newton's method, whose
+// steps cost one exponential and two polynomials of the order |d|/t asks
+// for (cheTerm) and which ends after a step below 1e-4·t (it converges
+// quadratically: d is then exact to about 1e-8·t). One division and one
+// exponential in the common case: on a 2-core machine a chain of
+// divisions and a square root cost as much as the rest of the pricing.
 func sendStep(c *[cheOrder + 1]float64, t, b, r float64) (e, others float64, ok bool) {
 	e = math.Exp(-r * t)
 	f0, f1 := e-b, c[1]-r*e
 	if !(f1 < 0) {
 		return 0, 0, false
 	}
-	d := -f0 / f1
+	inv := 1 / f1
+	u := -f0 * inv
+	// Series reversion of f0 + f1·d + a2·d² + a3·d³ = 0.
+	a2, a3 := c[2]+r*r*e/2, c[3]-r*r*r*e/6
+	alpha := -a2 * inv
+	beta := 2*alpha*alpha - a3*inv
+	d := u * (1 + u*(alpha+u*beta))
 	ad := math.Abs(d)
-	if ad > 1e-6*t {
-		f2 := 2*c[2] + r*r*e
-		if disc := f1*f1 - 2*f0*f2; disc > 0 {
-			d = 2 * f0 / (math.Sqrt(disc) - f1) // the root nearer 0, without cancellation
-			// The cubic term's correction, to a Newton step's precision.
-			d -= (c[3] - r*r*r*e/6) * d * d * d / (f1 + f2*d)
-			ad = math.Abs(d)
-		}
-	}
-	// Terms until the first dropped one, (|d|/t)^(order+1) with a margin
-	// for the start's error, is below cheTerm.
-	x := 2 * ad / t
-	if x > 1 {
-		x = 1
-	}
-	order, xp := 2, x*x*x
-	for order < cheOrder && xp > cheTerm {
+	order := 2
+	for order < cheOrder && ad > t*cheOrderRatio[order] {
 		order++
-		xp *= x
 	}
 	if ad <= 1e-2*t {
 		e = shift(e, r*d)
@@ -304,6 +297,16 @@ func sendStep(c *[cheOrder + 1]float64, t, b, r float64) (e, others float64, ok 
 	}
 	return e, -q * d, true
 }
+
+// cheOrderRatio[k] is the |d|/t up to which order k suffices: the first
+// dropped term, (2·|d|/t)^(k+1) with a margin for the start's error, is
+// then below cheTerm.
+var cheOrderRatio = func() (r [cheOrder + 1]float64) {
+	for k := range r {
+		r[k] = math.Pow(cheTerm, 1/float64(k+1)) / 2
+	}
+	return r
+}()
 
 // shift returns e·e^(−y): to fifth order, as exact as the exponential
 // for |y| ≤ 1e-2 (the error is y⁶/720), else by it.
