@@ -97,6 +97,9 @@ const cheOrder = 12
 type cheExp struct {
 	t float64
 	a [cheOrder + 1]float64
+	// sr is the rate of the send solved at t (cheLevel.add), se
+	// e^(−sr·t): a later send at a nearby rate needs no exponential.
+	sr, se float64
 }
 
 // center expands x at t for the items of rates and extra.
@@ -163,6 +166,11 @@ const (
 	cheTerm    = 1e-10
 )
 
+// cheSeriesMax is the largest relative move of the characteristic time
+// that sendStep takes from its series without Newton's method: the
+// series' first dropped term is about (|d|/t)⁶·t.
+const cheSeriesMax = 0.05
+
 // sendDelta returns how much the miss rates of the LRU cache lv change
 // when one of its items, requested at rate self (0: not in the cache yet),
 // is requested delta more often: others, the change of the other items'
@@ -195,7 +203,7 @@ func (lv *cheLevel) sendDelta(self, delta float64, items, slots int) (others, ow
 			return 0, 0, false
 		}
 		b := float64(items+1-slots) - x.a[0]
-		e, o, ok := sendStep(&x.a, x.t, b, delta)
+		e, o, ok := sendStep(&x.a, x.t, b, delta, shift(x.se, (delta-x.sr)*x.t))
 		if !ok {
 			return 0, 0, false
 		}
@@ -222,7 +230,7 @@ func (lv *cheLevel) sendDelta(self, delta float64, items, slots int) (others, ow
 		}
 		c[k] = v
 	}
-	e, o, ok := sendStep(&c, t, e0, self+delta)
+	e, o, ok := sendStep(&c, t, e0, self+delta, math.Exp(-(self+delta)*t))
 	if !ok {
 		return 0, 0, false
 	}
@@ -231,7 +239,7 @@ func (lv *cheLevel) sendDelta(self, delta float64, items, slots int) (others, ow
 
 // sendStep solves P(d) − c[0] + e^(−r·(t+d)) = b for d, where P is the
 // polynomial of coefficients c (an expansion of the other items' sum at
-// t), and returns e^(−r·(t+d)) and the change of the other items' misses
+// t) and e is e^(−r·t), and returns e^(−r·(t+d)) and the change of the other items' misses
 // from t to t+d, −(P′(d) − P′(0)); false when d is beyond cheStepMax·t or
 // the solve fails.
 //
@@ -245,25 +253,28 @@ func (lv *cheLevel) sendDelta(self, delta float64, items, slots int) (others, ow
 // quadratically: d is then exact to about 1e-8·t). One division and one
 // exponential in the common case: on a 2-core machine a chain of
 // divisions and a square root cost as much as the rest of the pricing.
-func sendStep(c *[cheOrder + 1]float64, t, b, r float64) (e, others float64, ok bool) {
-	e = math.Exp(-r * t)
+func sendStep(c *[cheOrder + 1]float64, t, b, r, e float64) (_, others float64, ok bool) {
 	f0, f1 := e-b, c[1]-r*e
 	if !(f1 < 0) {
 		return 0, 0, false
 	}
 	inv := 1 / f1
 	u := -f0 * inv
-	// Series reversion of f0 + f1·d + a2·d² + a3·d³ = 0.
-	a2, a3 := c[2]+r*r*e/2, c[3]-r*r*r*e/6
-	alpha := -a2 * inv
-	beta := 2*alpha*alpha - a3*inv
-	d := u * (1 + u*(alpha+u*beta))
+	// Series reversion of f0 + f1·d + a2·d² + … + a5·d⁵ = 0 (Lagrange
+	// inversion), with b_k = a_k/f1.
+	r2 := r * r
+	r3 := r2 * r
+	b2, b3 := (c[2]+r2*e*(1.0/2))*inv, (c[3]-r3*e*(1.0/6))*inv
+	b4, b5 := (c[4]+r2*r2*e*(1.0/24))*inv, (c[5]-r2*r3*e*(1.0/120))*inv
+	b22 := b2 * b2
+	d := u * (1 + u*(-b2+u*(2*b22-b3+u*(5*b2*(b3-b22)-b4+
+		u*(14*b22*b22-21*b22*b3+6*b2*b4+3*b3*b3-b5)))))
 	ad := math.Abs(d)
 	order := 2
 	for order < cheOrder && ad > t*cheOrderRatio[order] {
 		order++
 	}
-	if ad <= 1e-2*t {
+	if ad <= cheSeriesMax*t {
 		e = shift(e, r*d)
 	} else {
 		for i := 0; ; i++ {
@@ -312,7 +323,7 @@ var cheOrderRatio = func() (r [cheOrder + 1]float64) {
 // for |y| ≤ 1e-2 (the error is y⁶/720), else by it.
 func shift(e, y float64) float64 {
 	if math.Abs(y) <= 1e-2 {
-		return e * (1 - y*(1-y*(1.0/2-y*(1.0/6-y*(1.0/24-y/120)))))
+		return e * (1 - y*(1-y*(1.0/2-y*(1.0/6-y*(1.0/24-y*(1.0/120))))))
 	}
 	return e * math.Exp(-y)
 }
@@ -332,11 +343,12 @@ func (lv *cheLevel) sendExact(rest []float64, self, delta float64, slots int) (o
 			return 0, 0
 		}
 		lv.add.center(rest, 0, t)
+		lv.add.sr, lv.add.se = delta, math.Exp(-delta*t)
 		others = -lv.add.a[1]
 		if lv.full {
 			others += lv.now.a[1]
 		}
-		return others, delta * math.Exp(-delta*t)
+		return others, delta * lv.add.se
 	}
 	if !lv.full {
 		return 0, 0
