@@ -791,7 +791,9 @@ func (l *Ledger) rememberAdapter(adapter uint64, replica int32, sentNanos, until
 // Params.AdapterHostMemory after that): engines keep recently used
 // adapters in a CPU LoRA cache (vLLM --max-cpu-loras) that no metric shows.
 // It also counts, per replica, the other adapters sent there since
-// replicas' snapshot that the snapshot does not list (l.fresh).
+// replicas' snapshot that the snapshot does not list (l.fresh), and fills
+// the LRU model's inputs: l.selfRate, the adapter's send rate on each
+// replica, and l.otherN, how many other adapters have one there.
 func (l *Ledger) markAdapter(adapter uint64, replicas []Replica, nowNanos int64) {
 	clear(l.mark)
 	clear(l.host)
@@ -805,10 +807,29 @@ func (l *Ledger) markAdapter(adapter uint64, replicas []Replica, nowNanos int64)
 	}
 	mem := int64(l.p.AdapterMemory)
 	hostMem := int64(l.p.AdapterHostMemory)
+	window := l.p.AdapterMemory.Seconds()
 	for i := range l.adapt {
 		a := &l.adapt[i]
 		if int(a.replica) >= len(l.reps) || a.until+int64(l.p.AdapterHostMemory) <= nowNanos {
 			continue
+		}
+		// The LRU model's inputs (reloadCost): the adapter's own rate
+		// there, and how many others have one. Only the own rate costs an
+		// exponential; the others' are only needed where a cache is
+		// solved again (otherRates).
+		if a.rate.perSec > 0 {
+			if a.rate.lastNanos > nowNanos {
+				// Sent after now (a clock step back, or a peer's clock
+				// ahead): its rate does not decay with the others' until
+				// now passes the send, so the replica's cached solution
+				// cannot be kept (cheLevels).
+				l.adaptVer[a.replica]++
+			}
+			if a.adapter == adapter {
+				l.selfRate[a.replica] = a.rate.At(nowNanos, window)
+			} else {
+				l.otherN[a.replica]++
+			}
 		}
 		if a.adapter != adapter {
 			// Sent after the snapshot: its requests hold a slot or wait
@@ -845,35 +866,6 @@ func (l *Ledger) markAdapter(adapter uint64, replicas []Replica, nowNanos int64)
 		case a.until+int64(l.p.AdapterHostMemory) > nowNanos:
 			l.host[a.replica>>6] |= bit
 		}
-	}
-	l.markRates(adapter, nowNanos)
-}
-
-// markRates fills l.otherN and l.selfRate for adapter at nowNanos from the
-// placements remembered in GPU or host memory. An exponential per
-// replica holding the adapter, none per other placement: their rates are
-// only needed where a cache is solved again (otherRates).
-func (l *Ledger) markRates(adapter uint64, nowNanos int64) {
-	n := len(l.reps)
-	keep := int64(l.p.AdapterHostMemory)
-	window := l.p.AdapterMemory.Seconds()
-	for i := range l.adapt {
-		a := &l.adapt[i]
-		if int(a.replica) >= n || a.until+keep <= nowNanos || !(a.rate.perSec > 0) {
-			continue
-		}
-		if a.rate.lastNanos > nowNanos {
-			// Sent after now (a clock step back, or a peer's clock
-			// ahead): its rate does not decay with the others' until now
-			// passes the send, so the replica's cached solution cannot be
-			// rescaled (cheLevels).
-			l.adaptVer[a.replica]++
-		}
-		if a.adapter == adapter {
-			l.selfRate[a.replica] = a.rate.At(nowNanos, window)
-			continue
-		}
-		l.otherN[a.replica]++
 	}
 }
 
