@@ -61,10 +61,11 @@ type Ledger struct {
 	// adapters remembered there (cheLevels), so a Pick prices a send to
 	// each in O(1) and solves only where the adapters changed.
 	che []cheCache
-	// growEpoch is the origin of cheCache.shrink: e^((t − growEpoch)/
-	// AdapterMemory), by which the adapters' rates shrink from growEpoch
-	// to t, is growAt growNanos, so one exponential a Pick relates every
-	// replica's cached rates to the current ones (cheLevels).
+	// growAt is e^((growNanos − growEpoch)/AdapterMemory), the factor by
+	// which every adapter's rate shrank from growEpoch to growNanos (the
+	// last Pick's time). With each cache's own factor from its solve
+	// (cheCache.shrink) it converts the current rates to every cache's
+	// units, one exponential a Pick (cheLevels, grow).
 	growEpoch, growNanos int64
 	growAt               float64
 	// adaptVer counts, per replica, changes of the adapters remembered

@@ -25,11 +25,13 @@ import "math"
 // recently used.
 //
 // Newton's method starts at from when it is positive (the T of a
-// neighbouring problem), else at the root for equal rates. Pick prices one
-// more send by solving the same cache with and without it, and from a
-// cached or neighbouring T the solve takes a step or two instead of
-// climbing from 0 (with 64 replicas of 10 adapters each, four solves from 0
-// per replica made Pick take 60 µs natively).
+// neighbouring problem: the replica's previous solution, or the one a
+// send moves from), else at the root for equal rates. From there it takes
+// a step or two instead of climbing from 0 (with 64 replicas of 10
+// adapters each, four solves from 0 per replica made Pick take 60 µs
+// natively). Pick solves a replica's caches only when its adapters change
+// and prices sends from that solution (cheLevel); tests hold that pricing
+// to solving with and without the send here.
 func cheSolve(rates []float64, extra float64, slots int, from float64) (miss, own, t float64) {
 	if slots <= 0 {
 		return 0, 0, 0
@@ -91,9 +93,9 @@ const cheOrder = 12
 
 // cheExp expands the sum Σ_b e^(−λ_b·(t+Δ)) over a cache's items in Δ at
 // t: a[k] = (−1)^k·m_k/k!, where m_k = Σ_b λ_b^k·e^(−λ_b·t) are the items'
-// moments at t (m_1 is their total miss rate, m_0 = a[0] the slots they
-// leave free, less the slots' excess over the items). t is 0 when there
-// is none.
+// moments at t. m_1 is their total miss rate; m_0 is how many of them are
+// out of the cache (items − slots at Che's characteristic time). t is 0
+// when there is no expansion.
 type cheExp struct {
 	t float64
 	a [cheOrder + 1]float64
@@ -160,7 +162,9 @@ func cheLevelOf(rates []float64, extra float64, slots int, from float64) cheLeve
 // first term it drops. The terms fall like (|Δ|/t)^k (λ^k·e^(−λ·t) peaks
 // at λ = k/t, where (λ·|Δ|)^k/k! is about (|Δ|/t)^k): up to 0.3 the
 // expansion to order 12 moves the misses priced per send by under 1e-5
-// (TestSendDeltaRandom measures it); a smaller move takes fewer terms.
+// (TestSendDeltaRandom measures it); a smaller move takes fewer terms. A
+// rare item whose rate one send doubles can move t further: such a send
+// is solved (sendExact).
 const (
 	cheStepMax = 0.3
 	cheTerm    = 1e-10
@@ -168,7 +172,8 @@ const (
 
 // cheSeriesMax is the largest relative move of the characteristic time
 // that sendStep takes from its series without Newton's method: the
-// series' first dropped term is about (|d|/t)⁶·t.
+// series' first dropped term is about (|d|/t)⁶·t. Taken up to 0.1, it
+// moved the misses priced per send by up to 1.1e-4 (TestSendDeltaRandom).
 const cheSeriesMax = 0.05
 
 // sendDelta returns how much the miss rates of the LRU cache lv change
@@ -239,20 +244,20 @@ func (lv *cheLevel) sendDelta(self, delta float64, items, slots int) (others, ow
 
 // sendStep solves P(d) − c[0] + e^(−r·(t+d)) = b for d, where P is the
 // polynomial of coefficients c (an expansion of the other items' sum at
-// t) and e is e^(−r·t), and returns e^(−r·(t+d)) and the change of the other items' misses
-// from t to t+d, −(P′(d) − P′(0)); false when d is beyond cheStepMax·t or
-// the solve fails.
+// t) and e is e^(−r·t), and returns e^(−r·(t+d)) and the change of the
+// other items' misses from t to t+d, −(P′(d) − P′(0)); false when d is
+// beyond cheStepMax·t or the solve fails.
 //
 // The left side is decreasing and convex in d (so c[1] < 0 < c[2]). Its
-// cubic at 0, inverted as a series in Newton's first step u (d ≈ u +
-// α·u² + β·u³), is within about (|d|/t)⁴·t of d: taken as it is up to
-// |d| = 1e-2·t (a send that barely moves t, or an expansion centred near
-// where this send was solved), else the start of Newton's method, whose
-// steps cost one exponential and two polynomials of the order |d|/t asks
-// for (cheTerm) and which ends after a step below 1e-4·t (it converges
-// quadratically: d is then exact to about 1e-8·t). One division and one
-// exponential in the common case: on a 2-core machine a chain of
-// divisions and a square root cost as much as the rest of the pricing.
+// quintic at 0, inverted as a series in Newton's first step u, is within
+// about (|d|/t)⁶·t of d: taken as it is up to |d| = cheSeriesMax·t (a send
+// that moves t little, or an expansion centred near where this send was
+// solved), else the start of Newton's method, whose steps cost one
+// exponential and two polynomials of the order |d|/t asks for (cheTerm),
+// and which ends after a step below 1e-4·t (it converges quadratically: d
+// is then exact to about 1e-8·t). The common case costs one division and
+// no square root: a chain of divisions and roots cost as much as the rest
+// of the pricing.
 func sendStep(c *[cheOrder + 1]float64, t, b, r, e float64) (_, others float64, ok bool) {
 	f0, f1 := e-b, c[1]-r*e
 	if !(f1 < 0) {
