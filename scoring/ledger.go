@@ -49,6 +49,7 @@ type Ledger struct {
 	otherRate  []float64
 	otherFor   int
 	otherScale float64
+	otherAhead bool
 	marked     uint64
 	markNanos  int64
 	// reloadSec and ownSec are scratch for Pick, per replica: the reload
@@ -191,7 +192,7 @@ func (l *Ledger) cheLevels(replica int, self float64, gpuSlots, hostSlots int) (
 			// The previous solution in the current rates' units.
 			gpuFrom, hostFrom = c.gpu.now.t*toRef, c.host.now.t*toRef
 		}
-		rest := l.otherRates(replica, 1)
+		rest, ahead := l.otherRates(replica, 1)
 		items = 0
 		if self > 0 {
 			items++
@@ -205,7 +206,10 @@ func (l *Ledger) cheLevels(replica int, self float64, gpuSlots, hostSlots int) (
 		if hostSlots != gpuSlots {
 			c.host = cheLevelOf(rest, self, hostSlots, hostFrom)
 		}
-		c.set, c.ver, c.entries, c.items, c.gpuSlots, c.hostSlots = true, l.adaptVer[replica], entries, items, gpuSlots, hostSlots
+		// A rate stamped after now (a clock step back, or a peer's clock
+		// ahead) reads undecayed until now passes it, so it does not decay
+		// with the others: such a solution serves this Pick only.
+		c.set, c.ver, c.entries, c.items, c.gpuSlots, c.hostSlots = !ahead, l.adaptVer[replica], entries, items, gpuSlots, hostSlots
 		c.atNanos, c.shrink, toRef = now, 1/grow, 1
 	}
 	if hostSlots == gpuSlots {
@@ -819,13 +823,6 @@ func (l *Ledger) markAdapter(adapter uint64, replicas []Replica, nowNanos int64)
 		// exponential; the others' are only needed where a cache is
 		// solved again (otherRates).
 		if a.rate.perSec > 0 {
-			if a.rate.lastNanos > nowNanos {
-				// Sent after now (a clock step back, or a peer's clock
-				// ahead): its rate does not decay with the others' until
-				// now passes the send, so the replica's cached solution
-				// cannot be kept (cheLevels).
-				l.adaptVer[a.replica]++
-			}
 			if a.adapter == adapter {
 				l.selfRate[a.replica] = a.rate.At(nowNanos, window)
 			} else {
@@ -872,23 +869,29 @@ func (l *Ledger) markAdapter(adapter uint64, replicas []Replica, nowNanos int64)
 
 // otherRates returns the send rates of the adapters other than the marked
 // one remembered on replica, as of the last markAdapter, times scale
-// (l.otherRate, kept for the next call for the same replica and scale).
-func (l *Ledger) otherRates(replica int, scale float64) []float64 {
+// (l.otherRate, kept for the next call for the same replica and scale),
+// and whether any adapter there, the marked one too, was sent after then.
+func (l *Ledger) otherRates(replica int, scale float64) (rates []float64, ahead bool) {
 	if l.otherFor == replica && l.otherScale == scale {
-		return l.otherRate
+		return l.otherRate, l.otherAhead
 	}
 	keep := int64(l.p.AdapterHostMemory)
 	window := l.p.AdapterMemory.Seconds()
 	l.otherRate = l.otherRate[:0]
 	for i := range l.adapt {
 		a := &l.adapt[i]
-		if int(a.replica) != replica || a.adapter == l.marked || a.until+keep <= l.markNanos || !(a.rate.perSec > 0) {
+		if int(a.replica) != replica || a.until+keep <= l.markNanos || !(a.rate.perSec > 0) {
 			continue
 		}
-		l.otherRate = append(l.otherRate, a.rate.At(l.markNanos, window)*scale)
+		if a.rate.lastNanos > l.markNanos {
+			ahead = true
+		}
+		if a.adapter != l.marked {
+			l.otherRate = append(l.otherRate, a.rate.At(l.markNanos, window)*scale)
+		}
 	}
-	l.otherFor, l.otherScale = replica, scale
-	return l.otherRate
+	l.otherFor, l.otherScale, l.otherAhead = replica, scale, ahead
+	return l.otherRate, ahead
 }
 
 // adapterRates returns how many other adapters are remembered on replica

@@ -158,23 +158,15 @@ func cheLevelOf(rates []float64, extra float64, slots int, from float64) cheLeve
 }
 
 // cheStepMax is the largest relative move of the characteristic time
-// that sendDelta takes from an expansion, and cheTerm the size of the
-// first term it drops. The terms fall like (|Δ|/t)^k (λ^k·e^(−λ·t) peaks
-// at λ = k/t, where (λ·|Δ|)^k/k! is about (|Δ|/t)^k): up to 0.3 the
-// expansion to order 12 moves the misses priced per send by under 1e-5
-// (TestSendDeltaRandom measures it); a smaller move takes fewer terms. A
-// rare item whose rate one send doubles can move t further: such a send
-// is solved (sendExact).
+// that sendDelta takes from an expansion (a rare item whose rate one send
+// doubles can move it further: such a send is solved, sendExact), and
+// cheTerm how far, relative to itself, the first term an expansion drops
+// may move the move (sendStep). TestSendDeltaRandom measures what they
+// leave: under 1e-5 misses per send.
 const (
 	cheStepMax = 0.3
-	cheTerm    = 1e-10
+	cheTerm    = 1e-8
 )
-
-// cheSeriesMax is the largest relative move of the characteristic time
-// that sendStep takes from its series without Newton's method: the
-// series' first dropped term is about (|d|/t)⁶·t. Taken up to 0.1, it
-// moved the misses priced per send by up to 1.1e-4 (TestSendDeltaRandom).
-const cheSeriesMax = 0.05
 
 // sendDelta returns how much the miss rates of the LRU cache lv change
 // when one of its items, requested at rate self (0: not in the cache yet),
@@ -245,19 +237,25 @@ func (lv *cheLevel) sendDelta(self, delta float64, items, slots int) (others, ow
 // sendStep solves P(d) − c[0] + e^(−r·(t+d)) = b for d, where P is the
 // polynomial of coefficients c (an expansion of the other items' sum at
 // t) and e is e^(−r·t), and returns e^(−r·(t+d)) and the change of the
-// other items' misses from t to t+d, −(P′(d) − P′(0)); false when d is
-// beyond cheStepMax·t or the solve fails.
+// other items' misses from t to t+d, −(P′(d) − P′(0)); false when the
+// expansion cannot be trusted at d or the solve fails.
 //
 // The left side is decreasing and convex in d (so c[1] < 0 < c[2]). Its
-// quintic at 0, inverted as a series in Newton's first step u, is within
-// about (|d|/t)⁶·t of d: taken as it is up to |d| = cheSeriesMax·t (a send
-// that moves t little, or an expansion centred near where this send was
-// solved), else the start of Newton's method, whose steps cost one
-// exponential and two polynomials of the order |d|/t asks for (cheTerm),
-// and which ends after a step below 1e-4·t (it converges quadratically: d
-// is then exact to about 1e-8·t). The common case costs one division and
-// no square root: a chain of divisions and roots cost as much as the rest
-// of the pricing.
+// quintic at 0, inverted as a series in Newton's first step u, is taken
+// when its last term is below 1e-7·|d| (a send that moves t little, or an
+// expansion centred near where this send was solved); else Newton's
+// method starts at u, each step one exponential and two polynomials, and
+// ends after a step below 1e-4·t (it converges quadratically: d is then
+// exact to about 1e-8·t). The common case costs one division and no
+// square root: a chain of divisions and roots cost as much as the rest of
+// the pricing.
+//
+// The expansion is cut at the first order whose next term moves d by
+// less than cheTerm of itself (|c[k+1]|·|d|^k ≤ cheTerm·|c[1] − r·e|):
+// the terms fall like (|d|/t)^k (λ^k·e^(−λ·t) peaks at λ = k/t, where
+// (λ·|d|)^k/k! is about (|d|/t)^k), but against a small slope (a cache
+// whose items nearly all fit) a small term still moves d far. When even
+// order cheOrder is not enough the send is solved (sendExact).
 func sendStep(c *[cheOrder + 1]float64, t, b, r, e float64) (_, others float64, ok bool) {
 	f0, f1 := e-b, c[1]-r*e
 	if !(f1 < 0) {
@@ -265,6 +263,9 @@ func sendStep(c *[cheOrder + 1]float64, t, b, r, e float64) (_, others float64, 
 	}
 	inv := 1 / f1
 	u := -f0 * inv
+	if !(math.Abs(u) <= cheStepMax*t) {
+		return 0, 0, false
+	}
 	// Series reversion of f0 + f1·d + a2·d² + … + a5·d⁵ = 0 (Lagrange
 	// inversion), with b_k = a_k/f1.
 	r2 := r * r
@@ -272,14 +273,18 @@ func sendStep(c *[cheOrder + 1]float64, t, b, r, e float64) (_, others float64, 
 	b2, b3 := (c[2]+r2*e*(1.0/2))*inv, (c[3]-r3*e*(1.0/6))*inv
 	b4, b5 := (c[4]+r2*r2*e*(1.0/24))*inv, (c[5]-r2*r3*e*(1.0/120))*inv
 	b22 := b2 * b2
-	d := u * (1 + u*(-b2+u*(2*b22-b3+u*(5*b2*(b3-b22)-b4+
-		u*(14*b22*b22-21*b22*b3+6*b2*b4+3*b3*b3-b5)))))
-	ad := math.Abs(d)
-	order := 2
-	for order < cheOrder && ad > t*cheOrderRatio[order] {
-		order++
+	u2 := u * u
+	last := (14*b22*b22 - 21*b22*b3 + 6*b2*b4 + 3*b3*b3 - b5) * u2 * u2 * u
+	d := u*(1+u*(-b2+u*(2*b22-b3+u*(5*b2*(b3-b22)-b4)))) + last
+	series := math.Abs(last) <= 1e-7*math.Abs(d)
+	if !series {
+		d = u
 	}
-	if ad <= cheSeriesMax*t {
+	order, ok := cheOrderAt(c, d, f1)
+	if !ok {
+		return 0, 0, false
+	}
+	if series {
 		e = shift(e, r*d)
 	} else {
 		for i := 0; ; i++ {
@@ -306,6 +311,10 @@ func sendStep(c *[cheOrder + 1]float64, t, b, r, e float64) (_, others float64, 
 				break
 			}
 		}
+		// Newton ends wherever the root is: check the order there.
+		if o, ok := cheOrderAt(c, d, f1); !ok || o > order {
+			return 0, 0, false
+		}
 	}
 	q := 0.0
 	for k := order; k >= 2; k-- {
@@ -314,15 +323,21 @@ func sendStep(c *[cheOrder + 1]float64, t, b, r, e float64) (_, others float64, 
 	return e, -q * d, true
 }
 
-// cheOrderRatio[k] is the |d|/t up to which order k suffices: the first
-// dropped term, (2·|d|/t)^(k+1) with a margin for the start's error, is
-// then below cheTerm.
-var cheOrderRatio = func() (r [cheOrder + 1]float64) {
-	for k := range r {
-		r[k] = math.Pow(cheTerm, 1/float64(k+1)) / 2
+// cheOrderAt returns the lowest order (at least 2) at which the expansion
+// c may be cut at d, its next term below cheTerm of the slope f1 (see
+// sendStep), and false when no order below cheOrder is.
+func cheOrderAt(c *[cheOrder + 1]float64, d, f1 float64) (int, bool) {
+	ad := math.Abs(d)
+	lim := -cheTerm * f1
+	p := ad * ad
+	for k := 2; k < cheOrder; k++ {
+		if math.Abs(c[k+1])*p <= lim {
+			return k, true
+		}
+		p *= ad
 	}
-	return r
-}()
+	return cheOrder, false
+}
 
 // shift returns e·e^(−y): to fifth order, as exact as the exponential
 // for |y| ≤ 1e-2 (the error is y⁶/720), else by it.

@@ -262,3 +262,67 @@ func TestCheCache(t *testing.T) {
 		t.Errorf("cheLevels(replica 0) after a send to replica 1: a[%d] = %v, want the cached %v", cheOrder, g.now.a[cheOrder], marker)
 	}
 }
+
+// TestReloadCostMatchesSolve drives a ledger through random sends, over
+// time that moves, pauses and steps back, and after each holds every
+// replica's reloadCost (cached levels, converted to the current rates) to
+// the same pricing by two solves of its caches from the current rates.
+func TestReloadCostMatchesSolve(t *testing.T) {
+	p := DefaultParams()
+	rng := rand.New(rand.NewPCG(7, 8))
+	const n = 6
+	now := int64(1000 * sec)
+	rs := fleet("h100", n, now)
+	for i := range rs {
+		rs[i].AdapterSlots = 1 + rng.IntN(4)
+		if rng.IntN(2) == 0 {
+			rs[i].AdapterHostSlots = rs[i].AdapterSlots + 1 + rng.IntN(3)
+		}
+	}
+	l := NewLedger(p, n, 64)
+	mem := int64(p.AdapterMemory)
+	window := p.AdapterMemory.Seconds()
+	one := 1 / window
+	for step := range 400 {
+		now += int64(rng.IntN(3000)) * int64(1e6) // up to 3 s
+		switch rng.IntN(40) {
+		case 0: // a clock step back: sends now stamped ahead of it
+			now -= int64(rng.IntN(5)) * sec
+		case 1: // a lull: rates decay, placements expire
+			now += int64(rng.IntN(120)) * sec
+		}
+		for range rng.IntN(6) {
+			// Popular adapters more often than rare ones.
+			a := uint64(1 + int(float64(12)*rng.Float64()*rng.Float64()))
+			now += int64(rng.IntN(50)) * int64(1e6)
+			l.rememberAdapter(a, int32(rng.IntN(n)), now, now+mem)
+		}
+		adapter := uint64(1 + rng.IntN(14)) // 13 and 14 are never sent
+		l.markAdapter(adapter, rs, now)
+		adapterReloads(&p, rs, l, now)
+		for i := range rs {
+			r := &rs[i]
+			rates, _ := l.otherRates(i, 1)
+			rest := append([]float64(nil), rates...)
+			_, self := l.adapterRates(i)
+			if len(rest) == 0 {
+				continue
+			}
+			hostSlots := r.AdapterHostSlots
+			if hostSlots <= 0 {
+				hostSlots = r.AdapterSlots
+			}
+			gO, gW := exactSend(rest, self, one, r.AdapterSlots)
+			hO, hW := exactSend(rest, self, one, hostSlots)
+			fromHost := r.Hardware.AdapterLoadHostSec
+			fromStorage := r.Hardware.AdapterLoadStorageSec - fromHost
+			wantOthers := (gO*fromHost + hO*fromStorage) / one
+			wantOwn := (gW*fromHost + hW*fromStorage) / one
+			tol := 2 * sendTolerance * (fromHost + fromStorage)
+			if math.Abs(l.reloadSec[i]-wantOthers) > tol || math.Abs(l.ownSec[i]-wantOwn) > tol {
+				t.Fatalf("step %d replica %d (slots %d/%d, rates %v, self %v): reloadCost = %v, %v s, want %v, %v (solved twice)",
+					step, i, r.AdapterSlots, hostSlots, rest, self, l.reloadSec[i], l.ownSec[i], wantOthers, wantOwn)
+			}
+		}
+	}
+}

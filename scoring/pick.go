@@ -559,13 +559,15 @@ func reloadCost(p *Params, r *Replica, l *Ledger, i int) (others, own float64) {
 	self, one = self*toRef, one*toRef
 	gpuOthers, gpuOwn, ok := gpu.sendDelta(self, one, items, r.AdapterSlots)
 	if !ok {
-		gpuOthers, gpuOwn = gpu.sendExact(l.otherRates(i, toRef), self, one, r.AdapterSlots)
+		rest, _ := l.otherRates(i, toRef)
+		gpuOthers, gpuOwn = gpu.sendExact(rest, self, one, r.AdapterSlots)
 	}
 	hostOthers, hostOwn := gpuOthers, gpuOwn
 	if host != gpu {
 		hostOthers, hostOwn, ok = host.sendDelta(self, one, items, hostSlots)
 		if !ok {
-			hostOthers, hostOwn = host.sendExact(l.otherRates(i, toRef), self, one, hostSlots)
+			rest, _ := l.otherRates(i, toRef)
+			hostOthers, hostOwn = host.sendExact(rest, self, one, hostSlots)
 		}
 	}
 	h := &r.Hardware
