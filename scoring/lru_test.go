@@ -95,6 +95,10 @@ func TestSendDelta(t *testing.T) {
 		{name: "fills the slots, absent", rest: []float64{5 * one, 3 * one, 2 * one, one}, slots: []int{4}},
 		{name: "one send doubles it", rest: repeat(2*one, 6), self: one, slots: []int{2, 4, 6}},
 		{name: "decayed rare one send doubles", rest: []float64{0.3 * one, 0.2 * one, 4 * one, 0.5 * one, one}, self: 0.1 * one, slots: []int{1, 2, 3, 4}},
+		// One item too many, and that one rare: the other items nearly
+		// all fit, so the slope of Che's equation is small and a small
+		// term of the expansion moves T far.
+		{name: "nearly all fit, rare self", rest: []float64{1.43 * one, 1.21 * one, 0.59 * one, 1.04 * one, 0.78 * one, 0.031 * one}, self: 0.088 * one, slots: []int{3, 6}},
 		{name: "fits", rest: repeat(one, 3), self: one, slots: []int{4, 8}},
 		{name: "no slots", rest: repeat(one, 3), self: one, slots: []int{0}},
 	}
