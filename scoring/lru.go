@@ -158,10 +158,10 @@ func cheLevelOf(rates []float64, extra float64, slots int, from float64) cheLeve
 }
 
 // cheStepMax is the largest relative move of the characteristic time
-// that sendDelta takes from an expansion (a rare item whose rate one send
-// doubles can move it further: such a send is solved, sendExact), and
-// cheTerm how far, relative to itself, the first term an expansion drops
-// may move the move (sendStep). TestSendDeltaRandom measures what they
+// that sendDelta takes from an expansion: a rare item whose rate one send
+// doubles can move it further, and such a send is solved (sendExact).
+// cheTerm is how far, relative to the move, the first term an expansion
+// drops may shift it (sendStep). TestSendDeltaRandom measures what they
 // leave: under 1e-5 misses per send.
 const (
 	cheStepMax = 0.3
