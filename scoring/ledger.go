@@ -1,5 +1,7 @@
 package scoring
 
+import "math"
+
 // Ledger is the router's own accounting between scrapes: the requests it
 // dispatched and has not seen finish (with their prefill tokens and a
 // remaining-output estimate that decays as tokens stream back), where it
@@ -36,23 +38,37 @@ type Ledger struct {
 	// placements were merged) sent, that have no GPU slot yet: listed as
 	// waiting by the snapshot, or sent after it and not listed.
 	pending []float64
-	// otherRate holds, per replica, the send rates of the other adapters
-	// remembered there (GPU or host memory), replica i's at
-	// otherRate[rateOff[i]:rateOff[i+1]]; selfRate the adapter's own rate
-	// on each replica (scratch for Pick, filled by markAdapter).
-	otherRate []float64
-	rateOff   []int32
-	selfRate  []float64
+	// otherN counts, per replica, the other adapters remembered there (GPU
+	// or host memory) with a send rate, and selfRate is the adapter's own
+	// rate there (scratch for Pick, filled by markAdapter for adapter
+	// marked at markNanos). otherRate is scratch for one replica's other
+	// rates, otherFor's (-1: none) times otherScale, which only solving
+	// its caches needs (otherRates): a rate costs an exponential.
+	otherN     []int32
+	selfRate   []float64
+	otherRate  []float64
+	otherFor   int
+	otherScale float64
+	otherAhead bool
+	marked     uint64
+	markNanos  int64
 	// reloadSec and ownSec are scratch for Pick, per replica: the reload
 	// seconds one more request of the adapter there costs the other
 	// adapters there, and costs the adapter's own later requests
 	// (reloadCost).
 	reloadSec []float64
 	ownSec    []float64
-	// che caches, per replica, the characteristic times of its two LoRA
-	// caches (cheSolve) for the adapters remembered there, so a Pick
-	// starts each solve next to its root instead of at 0.
+	// che caches, per replica, its two LoRA caches solved for the
+	// adapters remembered there (cheLevels), so a Pick prices a send to
+	// each in O(1) and solves only where the adapters changed.
 	che []cheCache
+	// growAt is e^((growNanos − growEpoch)/AdapterMemory), the factor by
+	// which every adapter's rate shrank from growEpoch to growNanos (the
+	// last Pick's time). With each cache's own factor from its solve
+	// (cheCache.shrink) it converts the current rates to every cache's
+	// units, one exponential a Pick (cheLevels, grow).
+	growEpoch, growNanos int64
+	growAt               float64
 	// adaptVer counts, per replica, changes of the adapters remembered
 	// there other than their common decay (a send, a new or replaced
 	// entry): a cached solution is valid only within one version.
@@ -126,40 +142,102 @@ type repAcc struct {
 	prefillGroups
 }
 
-// cheCache is a replica's cached LoRA cache solution: the characteristic
-// times for gpuSlots and hostSlots of the adapters remembered there, when
-// they numbered items with rates summing to sum, as of Ledger.adaptVer ver. The
-// rates all decay by the same factor between sends, and T scales inversely
-// with the rates, so T·sum stays valid until the version or count changes.
+// cheCache is a replica's two LoRA caches (GPU slots and host memory)
+// solved for all the adapters remembered there (cheLevelOf), whichever
+// adapter a request names: each pricing of a send (cheLevel.sendDelta) then
+// costs a few exponentials instead of solving the caches twice more, so of
+// a fleet only the replica the last request went to (whose rates changed)
+// solves again. The levels are solved for the rates at atNanos. The rates
+// decay by one common factor between sends, and Che's solution scales with
+// them (cheSolve), so they stay valid in those units until
+// Ledger.adaptVer moves or the number of adapters or the slots change:
+// the current rates are converted to them, not the levels to the rates.
 type cheCache struct {
+	set                 bool
 	ver                 uint32
-	items               int
+	entries             int // adapters remembered there, with a rate
+	items               int // of them with a positive rate at atNanos
 	gpuSlots, hostSlots int
-	sum, gpuT, hostT    float64
+	atNanos             int64
+	shrink              float64 // e^(−(atNanos − Ledger.growEpoch)/AdapterMemory)
+	gpu, host           cheLevel
 }
 
-// cheStart returns the cached characteristic times of replica's caches,
-// rescaled to rates summing to sum, or zeros when the cache does not match.
-func (l *Ledger) cheStart(replica, items, gpuSlots, hostSlots int, sum float64) (gpuT, hostT float64) {
-	if l == nil || replica >= len(l.che) {
-		return 0, 0
+// cheLevels returns replica's GPU and host cache levels as of the last
+// markAdapter, self being the marked adapter's rate there, the number of
+// adapters they were solved for, and toRef, the factor from the current
+// rates to the units the levels are in (≥ 1: the rates when they were
+// solved). Cached when still valid (see cheCache), else solved again,
+// starting from the previous solution. host is gpu when the slot counts
+// are equal. Nil when the ledger has no cache for replica.
+func (l *Ledger) cheLevels(replica int, self float64, gpuSlots, hostSlots int) (gpu, host *cheLevel, items int, toRef float64) {
+	if l == nil || replica < 0 || replica >= len(l.che) || replica >= len(l.otherN) {
+		return nil, nil, 0, 0
 	}
+	now := l.markNanos
+	entries := int(l.otherN[replica])
+	if self > 0 {
+		entries++
+	}
+	grow := l.grow(now)
 	c := &l.che[replica]
-	if c.ver != l.adaptVer[replica] || c.items != items || c.gpuSlots != gpuSlots || c.hostSlots != hostSlots ||
-		!(c.sum > 0) || !(sum > 0) {
-		return 0, 0
+	sameSlots := c.gpuSlots == gpuSlots && c.hostSlots == hostSlots
+	toRef = grow * c.shrink
+	if !(c.set && now >= c.atNanos && toRef < math.Inf(1)) {
+		toRef = 0 // the rates since the levels were solved are unknown
 	}
-	k := c.sum / sum
-	return c.gpuT * k, c.hostT * k
+	if !(toRef > 0 && c.ver == l.adaptVer[replica] && c.entries == entries && sameSlots) {
+		gpuFrom, hostFrom := 0.0, 0.0
+		if sameSlots && toRef > 0 {
+			// The previous solution in the current rates' units.
+			gpuFrom, hostFrom = c.gpu.now.t*toRef, c.host.now.t*toRef
+		}
+		rest, ahead := l.otherRates(replica, 1)
+		items = 0
+		if self > 0 {
+			items++
+		}
+		for _, x := range rest {
+			if x > 0 {
+				items++
+			}
+		}
+		c.gpu = cheLevelOf(rest, self, gpuSlots, gpuFrom)
+		if hostSlots != gpuSlots {
+			c.host = cheLevelOf(rest, self, hostSlots, hostFrom)
+		}
+		// A rate stamped after now (a clock step back, or a peer's clock
+		// ahead) reads undecayed until now passes it, so it does not decay
+		// with the others: such a solution serves this Pick only.
+		c.set, c.ver, c.entries, c.items, c.gpuSlots, c.hostSlots = !ahead, l.adaptVer[replica], entries, items, gpuSlots, hostSlots
+		c.atNanos, c.shrink, toRef = now, 1/grow, 1
+	}
+	if hostSlots == gpuSlots {
+		return &c.gpu, &c.gpu, c.items, toRef
+	}
+	return &c.gpu, &c.host, c.items, toRef
 }
 
-// cheKeep caches replica's solution (see cheCache).
-func (l *Ledger) cheKeep(replica, items, gpuSlots, hostSlots int, sum, gpuT, hostT float64) {
-	if l == nil || replica >= len(l.che) {
-		return
+// grow returns e^((nowNanos − l.growEpoch)/AdapterMemory) (see
+// Ledger.growEpoch), moving the epoch to nowNanos, and so dropping every
+// cached solution, when that would leave the range of float64.
+func (l *Ledger) grow(nowNanos int64) float64 {
+	if nowNanos == l.growNanos && l.growAt > 0 {
+		return l.growAt
 	}
-	l.che[replica] = cheCache{ver: l.adaptVer[replica], items: items, gpuSlots: gpuSlots, hostSlots: hostSlots,
-		sum: sum, gpuT: gpuT, hostT: hostT}
+	w := l.p.AdapterMemory.Seconds()
+	if !(w > 0) {
+		return 0
+	}
+	x := float64(nowNanos-l.growEpoch) / 1e9 / w
+	if !(x >= 0 && x <= 500) {
+		l.growEpoch, x = nowNanos, 0
+		for i := range l.che {
+			l.che[i].set = false
+		}
+	}
+	l.growNanos, l.growAt = nowNanos, math.Exp(x)
+	return l.growAt
 }
 
 // prefillGroups follows the progress of the router's queued prefills on
@@ -253,7 +331,8 @@ func NewLedger(p Params, maxReplicas, maxInFlight int) *Ledger {
 		pending: make([]float64, maxReplicas),
 		// One rate per adapter memory entry at most.
 		otherRate: make([]float64, 0, ledgerAdapterSlots),
-		rateOff:   make([]int32, 0, maxReplicas+1),
+		otherFor:  -1,
+		otherN:    make([]int32, maxReplicas),
 		selfRate:  make([]float64, maxReplicas),
 		reloadSec: make([]float64, maxReplicas),
 		ownSec:    make([]float64, maxReplicas),
@@ -281,6 +360,7 @@ func (l *Ledger) Reset() {
 	}
 	clear(l.reps)
 	clear(l.che)
+	l.otherFor = -1
 	clear(l.adaptVer)
 	l.adapt = l.adapt[:0]
 }
@@ -716,23 +796,38 @@ func (l *Ledger) rememberAdapter(adapter uint64, replica int32, sentNanos, until
 // Params.AdapterHostMemory after that): engines keep recently used
 // adapters in a CPU LoRA cache (vLLM --max-cpu-loras) that no metric shows.
 // It also counts, per replica, the other adapters sent there since
-// replicas' snapshot that the snapshot does not list (l.fresh).
+// replicas' snapshot that the snapshot does not list (l.fresh), and fills
+// the LRU model's inputs: l.selfRate, the adapter's send rate on each
+// replica, and l.otherN, how many other adapters have one there.
 func (l *Ledger) markAdapter(adapter uint64, replicas []Replica, nowNanos int64) {
 	clear(l.mark)
 	clear(l.host)
 	clear(l.fresh)
 	clear(l.pending)
 	clear(l.selfRate)
-	l.otherRate, l.rateOff = l.otherRate[:0], l.rateOff[:0]
+	clear(l.otherN)
+	l.marked, l.markNanos, l.otherFor = adapter, nowNanos, -1
 	if len(l.adapt) == 0 {
 		return
 	}
 	mem := int64(l.p.AdapterMemory)
 	hostMem := int64(l.p.AdapterHostMemory)
+	window := l.p.AdapterMemory.Seconds()
 	for i := range l.adapt {
 		a := &l.adapt[i]
 		if int(a.replica) >= len(l.reps) || a.until+int64(l.p.AdapterHostMemory) <= nowNanos {
 			continue
+		}
+		// The LRU model's inputs (reloadCost): the adapter's own rate
+		// there, and how many others have one. Only the own rate costs an
+		// exponential; the others' are only needed where a cache is
+		// solved again (otherRates).
+		if a.rate.perSec > 0 {
+			if a.adapter == adapter {
+				l.selfRate[a.replica] = a.rate.At(nowNanos, window)
+			} else {
+				l.otherN[a.replica]++
+			}
 		}
 		if a.adapter != adapter {
 			// Sent after the snapshot: its requests hold a slot or wait
@@ -770,57 +865,43 @@ func (l *Ledger) markAdapter(adapter uint64, replicas []Replica, nowNanos int64)
 			l.host[a.replica>>6] |= bit
 		}
 	}
-	l.markRates(adapter, nowNanos)
 }
 
-// markRates fills l.otherRate, l.rateOff and l.selfRate for adapter at
-// nowNanos from the placements remembered in GPU or host memory, grouped by
-// replica (counting sort over the memory: no allocation once the scratch
-// has grown to the memory's size).
-func (l *Ledger) markRates(adapter uint64, nowNanos int64) {
-	n := len(l.reps)
-	l.rateOff = l.rateOff[:0]
-	for range n + 1 {
-		l.rateOff = append(l.rateOff, 0)
+// otherRates returns the send rates of the adapters other than the marked
+// one remembered on replica, as of the last markAdapter, times scale
+// (l.otherRate, kept for the next call for the same replica and scale),
+// and whether any adapter there, the marked one too, was sent after then.
+func (l *Ledger) otherRates(replica int, scale float64) (rates []float64, ahead bool) {
+	if l.otherFor == replica && l.otherScale == scale {
+		return l.otherRate, l.otherAhead
 	}
 	keep := int64(l.p.AdapterHostMemory)
+	window := l.p.AdapterMemory.Seconds()
+	l.otherRate = l.otherRate[:0]
 	for i := range l.adapt {
 		a := &l.adapt[i]
-		if int(a.replica) < n && a.adapter != adapter && a.until+keep > nowNanos {
-			l.rateOff[a.replica]++
-		}
-	}
-	for i := 1; i <= n; i++ {
-		l.rateOff[i] += l.rateOff[i-1]
-	}
-	total := int(l.rateOff[n])
-	for range total {
-		l.otherRate = append(l.otherRate, 0)
-	}
-	window := l.p.AdapterMemory.Seconds()
-	// rateOff[r] is now the end of replica r's run (rateOff[n] the total);
-	// filling backwards leaves it at the start.
-	for i := len(l.adapt) - 1; i >= 0; i-- {
-		a := &l.adapt[i]
-		if int(a.replica) >= n || a.until+keep <= nowNanos {
+		if int(a.replica) != replica || a.until+keep <= l.markNanos || !(a.rate.perSec > 0) {
 			continue
 		}
-		if a.adapter == adapter {
-			l.selfRate[a.replica] = a.rate.At(nowNanos, window)
-			continue
+		if a.rate.lastNanos > l.markNanos {
+			ahead = true
 		}
-		l.rateOff[a.replica]--
-		l.otherRate[l.rateOff[a.replica]] = a.rate.At(nowNanos, window)
+		if a.adapter != l.marked {
+			l.otherRate = append(l.otherRate, a.rate.At(l.markNanos, window)*scale)
+		}
 	}
+	l.otherFor, l.otherScale, l.otherAhead = replica, scale, ahead
+	return l.otherRate, ahead
 }
 
-// adapterRates returns the send rates of the other adapters remembered on
-// replica and the adapter's own there, as of the last markAdapter.
-func (l *Ledger) adapterRates(replica int) ([]float64, float64) {
-	if l == nil || replica+1 >= len(l.rateOff) {
-		return nil, 0
+// adapterRates returns how many other adapters are remembered on replica
+// with a send rate, and the adapter's own rate there, as of the last
+// markAdapter.
+func (l *Ledger) adapterRates(replica int) (others int, self float64) {
+	if l == nil || replica < 0 || replica >= len(l.otherN) {
+		return 0, 0
 	}
-	return l.otherRate[l.rateOff[replica]:l.rateOff[replica+1]], l.selfRate[replica]
+	return int(l.otherN[replica]), l.selfRate[replica]
 }
 
 // adapterStream returns how many more requests of the adapter of the last

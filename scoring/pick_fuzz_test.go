@@ -121,8 +121,9 @@ func benchFleet(n int) ([]Replica, []int, *Ledger, Request) {
 }
 
 // BenchmarkPickAdapters64 is BenchmarkPick/64 with the ledger remembering
-// LoRA placements on every replica, so the adapter terms run their LRU
-// model (cheSolve) for each candidate.
+// LoRA placements on every replica (its 256 placements: 4 on each, as many
+// as the replicas' adapter slots), so the adapter terms price a send to
+// each candidate with its LRU model (reloadCost).
 func BenchmarkPickAdapters64(b *testing.B) {
 	rs, cached, l, req := benchFleet(64)
 	now := int64(1e12)
@@ -139,6 +140,41 @@ func BenchmarkPickAdapters64(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		Pick(&p, &req, rs, cached, l, now, &d)
+	}
+}
+
+// BenchmarkPickAdaptersFull64 is BenchmarkPickAdapters64 as a live router
+// meets it: caches over full (2 GPU and 3 host slots for 4 adapters), the
+// requested adapter remembered on a third of the replicas or on none, the
+// clock moving 0.1 ms a request, and one replica's adapters changed by each
+// request (the one it was sent to), so one replica solves its caches again.
+func BenchmarkPickAdaptersFull64(b *testing.B) {
+	rs, cached, l, req := benchFleet(64)
+	now := int64(1e12)
+	for i := range rs {
+		rs[i].AdapterSlots, rs[i].AdapterHostSlots = 2, 3
+		for a := range 4 {
+			name := "ad" + strconv.Itoa((i+a)%24)
+			if a == 0 && i%3 == 0 {
+				name = "fr"
+			}
+			r := Request{PromptTokens: 100, MaxTokens: 10, Model: "llama", Adapter: name}
+			f := l.Dispatch(i, &r, 100, now-int64(a+1)*1e9)
+			l.Done(f, 10)
+		}
+	}
+	p := DefaultParams()
+	var d Decision
+	reqs := [2]Request{req, req}
+	reqs[1].Adapter = "absent"
+	Pick(&p, &reqs[0], rs, cached, l, now, &d)
+	Pick(&p, &reqs[1], rs, cached, l, now, &d)
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		n++
+		l.adaptVer[n%len(rs)]++
+		Pick(&p, &reqs[n&1], rs, cached, l, now+int64(n)*1e5, &d)
 	}
 }
 

@@ -1142,39 +1142,6 @@ func TestAdapterOwnReloads(t *testing.T) {
 	}
 }
 
-// TestCheCache: a replica's cached LRU solution is rescaled while its
-// adapters' rates only decay together, and dropped when one of them is
-// sent there again or the set changes.
-func TestCheCache(t *testing.T) {
-	l := NewLedger(DefaultParams(), 2, 8)
-	l.cheKeep(1, 5, 4, 8, 2.0, 10, 30)
-	if g, h := l.cheStart(1, 5, 4, 8, 1.0); g != 20 || h != 60 {
-		t.Errorf("cheStart(rates halved) = %v, %v, want 20, 60 (T scales inversely with the rates)", g, h)
-	}
-	for _, tt := range []struct {
-		name             string
-		items, gpu, host int
-		sum              float64
-	}{
-		{"other item count", 6, 4, 8, 1},
-		{"other slots", 5, 2, 8, 1},
-		{"no rates", 5, 4, 8, 0},
-	} {
-		if g, h := l.cheStart(1, tt.items, tt.gpu, tt.host, tt.sum); g != 0 || h != 0 {
-			t.Errorf("cheStart(%s) = %v, %v, want 0, 0", tt.name, g, h)
-		}
-	}
-	l.rememberAdapter(7, 1, 0, int64(l.p.AdapterMemory))
-	if g, h := l.cheStart(1, 5, 4, 8, 1.0); g != 0 || h != 0 {
-		t.Errorf("cheStart after a send to the replica = %v, %v, want 0, 0", g, h)
-	}
-	l.cheKeep(0, 5, 4, 8, 2.0, 10, 30)
-	l.rememberAdapter(7, 1, 0, int64(l.p.AdapterMemory))
-	if g, _ := l.cheStart(0, 5, 4, 8, 2.0); g != 10 {
-		t.Errorf("cheStart(replica 0) after a send to replica 1 = %v, want 10 (still valid)", g)
-	}
-}
-
 // TestCheSolveWarmStart: wherever Newton starts (below, at or above the
 // root), the solve ends at the same characteristic time and miss rates.
 func TestCheSolveWarmStart(t *testing.T) {
