@@ -924,14 +924,22 @@ func (l *Ledger) adapterStream(window float64) float64 {
 	if self > 0 {
 		return self * window
 	}
-	if len(l.otherRate) == 0 {
+	// An adapter remembered nowhere: the placements' mean rate, which
+	// costs an exponential each, paid only on such requests.
+	keep := int64(l.p.AdapterHostMemory)
+	sum, n := 0.0, 0
+	for i := range l.adapt {
+		a := &l.adapt[i]
+		if a.until+keep <= l.markNanos || !(a.rate.perSec > 0) {
+			continue
+		}
+		sum += a.rate.At(l.markNanos, l.p.AdapterMemory.Seconds())
+		n++
+	}
+	if n == 0 {
 		return 0
 	}
-	sum := 0.0
-	for _, x := range l.otherRate {
-		sum += x
-	}
-	return sum / float64(len(l.otherRate)) * window
+	return sum / float64(n) * window
 }
 
 // reloadOn returns the reload seconds per request that one more request
