@@ -207,7 +207,7 @@ func checkPrefixes(t *testing.T, data []byte) {
 	}
 }
 
-// FuzzWriteString holds WriteString's fast path (decodeRun, scratch of 64
+// FuzzWriteString holds WriteString's fast path (decodeRun, scratch of 128
 // bytes or more) to its general loop (16-byte scratch) on every input, whole
 // and cut at every length in prefix mode: the same error, cut and offset,
 // the same text unless there is an error (what is written before a syntax
@@ -217,6 +217,8 @@ func FuzzWriteString(f *testing.F) {
 	for _, s := range []string{
 		`"abc"`, `"` + strings.Repeat(`SELECT 1;\n`, 20) + `"`, `"a\u00e9\ud83d\ude00b` + strings.Repeat("x", 40) + `\q"`,
 		`"` + strings.Repeat("y", 70) + "\x01\"", `"` + strings.Repeat(`\"`, 50) + `\`,
+		`"` + strings.Repeat("é漢", 30) + `\t` + strings.Repeat("z", 57) + `\/` + strings.Repeat("w", 60) + "\x1f\"",
+		`"` + strings.Repeat("v", 127) + `\u00e9` + strings.Repeat("u", 66) + `"`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -235,7 +237,7 @@ func FuzzWriteString(f *testing.F) {
 		for n := len(data); n >= 0; n-- {
 			prefix := n < len(data)
 			slow, serr, scut, soff := write(data[:n], prefix, 16)
-			for _, size := range []int{64, 100, 2048} {
+			for _, size := range []int{64, 128, 200, 2048} {
 				fast, ferr, fcut, foff := write(data[:n], prefix, size)
 				if fast != slow && serr == nil || (ferr == nil) != (serr == nil) || ferr != nil && ferr.Error() != serr.Error() ||
 					fcut != scut || foff != soff {
