@@ -207,8 +207,9 @@ func checkPrefixes(t *testing.T, data []byte) {
 	}
 }
 
-// FuzzWriteString holds WriteString's fast path (decodeRun, scratch of 128
-// bytes or more) to its general loop (16-byte scratch) on every input, whole
+// FuzzWriteString holds WriteString's fast paths (short plain strings
+// written from the input; decodeRun, scratch of 128 bytes or more) to its
+// general loop (16-byte scratch, no short path) on every input, whole
 // and cut at every length in prefix mode: the same error, cut and offset,
 // the same text unless there is an error (what is written before a syntax
 // error is unspecified), and for valid strings the text AppendUnescape
@@ -219,11 +220,12 @@ func FuzzWriteString(f *testing.F) {
 		`"` + strings.Repeat("y", 70) + "\x01\"", `"` + strings.Repeat(`\"`, 50) + `\`,
 		`"` + strings.Repeat("é漢", 30) + `\t` + strings.Repeat("z", 57) + `\/` + strings.Repeat("w", 60) + "\x1f\"",
 		`"` + strings.Repeat("v", 127) + `\u00e9` + strings.Repeat("u", 66) + `"`,
+		`"` + strings.Repeat("t", 128) + `"`, `"` + strings.Repeat("t", 127) + `"x`, `"` + strings.Repeat("t", 129) + `"`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		write := func(d []byte, prefix bool, size int) (string, error, bool, int) {
+		write := func(d []byte, prefix bool, size int, short bool) (string, error, bool, int) {
 			var r Reader
 			if prefix {
 				r.ResetPrefix(d)
@@ -231,14 +233,14 @@ func FuzzWriteString(f *testing.F) {
 				r.Reset(d)
 			}
 			var w chunkWriter
-			r.WriteString(&w, make([]byte, size))
+			r.writeString(&w, make([]byte, size), short)
 			return w.String(), r.Err(), r.Truncated(), r.Offset()
 		}
 		for n := len(data); n >= 0; n-- {
 			prefix := n < len(data)
-			slow, serr, scut, soff := write(data[:n], prefix, 16)
-			for _, size := range []int{64, 128, 200, 2048} {
-				fast, ferr, fcut, foff := write(data[:n], prefix, size)
+			slow, serr, scut, soff := write(data[:n], prefix, 16, false)
+			for _, size := range []int{16, 64, 128, 200, 2048} {
+				fast, ferr, fcut, foff := write(data[:n], prefix, size, true)
 				if fast != slow && serr == nil || (ferr == nil) != (serr == nil) || ferr != nil && ferr.Error() != serr.Error() ||
 					fcut != scut || foff != soff {
 					t.Fatalf("WriteString(%q, scratch %d) = %q, %v, cut %v, offset %d; scratch 16: %q, %v, cut %v, offset %d",

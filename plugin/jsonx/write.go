@@ -14,6 +14,10 @@ type Writer interface {
 // straight from the input rather than through scratch.
 const minDirect = 64
 
+// shortPlain is the longest string WriteString tries to write straight from
+// the input before setting up its decoding loop.
+const shortPlain = 128
+
 // WriteString consumes the string value due next and writes its decoded
 // text to w in one pass that also validates it. With a scratch of at least
 // 128 bytes the text is decoded into scratch and written in scratch-sized
@@ -23,12 +27,19 @@ const minDirect = 64
 // large writes; a literal run of at least max(64, len(scratch)/8) bytes (at
 // most len(scratch)) is written straight from the input, with no copy. A
 // scratch shorter than 16 bytes is replaced by a 16-byte buffer of the
-// Reader's. In prefix mode a cut string
-// writes its reliable head (as Value would return it) and Truncated turns
+// Reader's. A string of at most 128 bytes without escapes goes to w in one
+// write straight from the input. In prefix mode a cut string writes its
+// reliable head (as Value would return it) and Truncated turns
 // true. It returns w's first error (the string is still read to its end, so
 // the Reader stays usable); a syntax error is recorded for Err and stops the
 // writing, so call it on validated input if partial output matters.
 func (r *Reader) WriteString(w Writer, scratch []byte) error {
+	return r.writeString(w, scratch, true)
+}
+
+// writeString is WriteString; short false skips the short-string path, so
+// that FuzzWriteString can hold that path to the decoding loop.
+func (r *Reader) writeString(w Writer, scratch []byte, short bool) error {
 	if r.bad() || r.state != stValue {
 		return nil
 	}
@@ -45,6 +56,20 @@ func (r *Reader) WriteString(w Writer, scratch []byte) error {
 			r.fail(WrongKind, i, whatString)
 		}
 		return nil
+	}
+	// A short string without escapes (a role, a name, a chat turn) is its
+	// own decoded text: written straight from the input, it skips the
+	// scratch set-up and the copy, which cost more than its scan under
+	// wazero. Longer strings pay for this look at most shortPlain bytes.
+	if e := min(len(d), i+1+shortPlain); short {
+		if k := nextSpecial(d[:e], i+1); k < e && d[k] == '"' {
+			var werr error
+			if k > i+1 {
+				_, werr = w.Write(d[i+1 : k])
+			}
+			r.done(k + 1)
+			return werr
+		}
 	}
 	if len(scratch) < len(r.small) {
 		scratch = r.small[:]
