@@ -208,8 +208,8 @@ func checkPrefixes(t *testing.T, data []byte) {
 }
 
 // FuzzWriteString holds WriteString's fast paths (short plain strings
-// written from the input; decodeRun, scratch of 128 bytes or more) to its
-// general loop (16-byte scratch, no short path) on every input, whole
+// written from the input; decodeRun, scratch of 128 bytes or more), and
+// AppendString (negative sizes: onto that many bytes), to its general loop (16-byte scratch, no short path) on every input, whole
 // and cut at every length in prefix mode: the same error, cut and offset,
 // the same text unless there is an error (what is written before a syntax
 // error is unspecified), and for valid strings the text AppendUnescape
@@ -232,6 +232,14 @@ func FuzzWriteString(f *testing.F) {
 			} else {
 				r.Reset(d)
 			}
+			if size < 0 { // AppendString, onto -size bytes already held
+				pre := bytes.Repeat([]byte{'p'}, -size)
+				got := r.AppendString(pre[:-size:-size])
+				if !bytes.Equal(got[:-size], pre) {
+					t.Fatalf("AppendString(%q) changed the %d bytes before it to %q", d, -size, got[:-size])
+				}
+				return string(got[-size:]), r.Err(), r.Truncated(), r.Offset()
+			}
 			var w chunkWriter
 			r.writeString(&w, make([]byte, size), short)
 			return w.String(), r.Err(), r.Truncated(), r.Offset()
@@ -239,7 +247,7 @@ func FuzzWriteString(f *testing.F) {
 		for n := len(data); n >= 0; n-- {
 			prefix := n < len(data)
 			slow, serr, scut, soff := write(data[:n], prefix, 16, false)
-			for _, size := range []int{16, 64, 128, 200, 2048} {
+			for _, size := range []int{16, 64, 128, 200, 2048, -1, -150} {
 				fast, ferr, fcut, foff := write(data[:n], prefix, size, true)
 				if fast != slow && serr == nil || (ferr == nil) != (serr == nil) || ferr != nil && ferr.Error() != serr.Error() ||
 					fcut != scut || foff != soff {

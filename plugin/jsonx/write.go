@@ -2,6 +2,7 @@ package jsonx
 
 import (
 	"math/bits"
+	"slices"
 	"unicode/utf8"
 )
 
@@ -353,5 +354,85 @@ func (r *Reader) writeTaped(w Writer, scratch []byte, direct, i, e, end int) err
 		}
 		n += utf8.EncodeRune(scratch[n:], u)
 		run = k + adv
+	}
+}
+
+// AppendString consumes the string value due next, as WriteString does,
+// and appends its decoded text to dst, which it returns. Where WriteString
+// hands w pieces of a scratch buffer, it decodes straight into dst's spare
+// capacity (growing dst, an allocation, only when that is too small): a
+// caller that must hold the text, such as a chat message's content read
+// before its role, saves a copy and a call per piece. The text appended
+// and the Reader's state afterwards, in prefix mode too, are WriteString's;
+// on a syntax error what was appended is unspecified. A replay tape is not
+// consulted.
+func (r *Reader) AppendString(dst []byte) []byte {
+	if r.bad() || r.state != stValue {
+		return dst
+	}
+	d := r.data
+	i := skipSpace(d, r.pos)
+	if i >= len(d) {
+		r.eof()
+		return dst
+	}
+	if d[i] != '"' {
+		if kindOf[d[i]] == None {
+			r.failChar(i)
+		} else {
+			r.fail(WrongKind, i, whatString)
+		}
+		return dst
+	}
+	i++
+	for {
+		if cap(dst)-len(dst) < decodeRoom+utf8.UTFMax {
+			// Room for decodeRun's window, or for the escape below.
+			dst = slices.Grow(dst, max(cap(dst), 2*decodeRoom))
+		}
+		full := dst[:cap(dst)]
+		var n int
+		i, n = decodeRun(d, i, full, len(dst))
+		dst = full[:n]
+		if n+decodeRoom > cap(dst) {
+			continue // out of room, not at a special byte
+		}
+		k := nextSpecial(d, i)
+		dst = append(dst, d[i:k]...)
+		if k >= len(d) {
+			r.eof() // a cut run is kept whole
+			return dst
+		}
+		switch c := d[k]; {
+		case c == '"':
+			r.done(k + 1)
+			return dst
+		case c != '\\':
+			r.fail(BadSyntax, k, whatControl)
+			return dst
+		case k+1 >= len(d):
+			r.eof() // a cut escape is not
+			return dst
+		}
+		if b := escapeByte[d[k+1]]; b != 0 {
+			dst = append(dst, b)
+			i = k + 2
+			continue
+		}
+		if d[k+1] != 'u' {
+			r.fail(BadSyntax, k, whatEscape)
+			return dst
+		}
+		u, adv, st := decodeU(d, k)
+		if st != uOK {
+			if st == uEOF || st == uEnd {
+				r.eof()
+			} else {
+				r.fail(BadSyntax, k, whatUEscape)
+			}
+			return dst
+		}
+		dst = utf8.AppendRune(dst, u)
+		i = k + adv
 	}
 }

@@ -93,4 +93,3 @@ func BenchmarkParseTextRouter(b *testing.B) {
 		}
 	})
 }
-

@@ -118,8 +118,10 @@ type Parser struct {
 	one           [1]byte
 	hexbuf        [18]byte
 	sink          sink
-	holdSink      holdSink
-	held          []byte // see holdSink
+	// held is a message's content read before its role, decoded by
+	// jsonx.Reader.AppendString; it grows (doubling) to the longest such
+	// content seen and is reused.
+	held []byte
 
 	// Located by Parse, consumed by WriteText.
 	kind       Kind
@@ -147,16 +149,6 @@ type Parser struct {
 // sink lets jsonx write decoded text through Parser.emit without an
 // allocation (a pointer to a field converts to an interface for free).
 type sink struct{ p *Parser }
-
-// holdSink collects decoded text in Parser.held: a message's content read
-// before its role. It grows to the longest such content seen (at most the
-// body's size) and is reused.
-type holdSink struct{ p *Parser }
-
-func (s *holdSink) Write(b []byte) (int, error) {
-	s.p.held = append(s.p.held, b...)
-	return len(b), nil
-}
 
 func (s *sink) Write(b []byte) (int, error) {
 	s.p.emit(b)
@@ -227,7 +219,7 @@ func (p *Parser) ParseTruncated(kind Kind, body []byte, out *Request) error {
 // and its text cannot be unwritten).
 func (p *Parser) ParseText(kind Kind, body []byte, truncated bool, w io.Writer, out *Request) error {
 	p.w, p.n, p.tokens, p.werr, p.stop, p.streamed = w, 0, 0, nil, false, false
-	p.sink.p, p.holdSink.p = p, p
+	p.sink.p = p
 	err := p.parse(kind, body, out, truncated)
 	out.PromptChars, out.PromptTokensExact = p.n, p.tokens
 	p.w = nil
@@ -457,7 +449,7 @@ func (p *Parser) boolean(field string, v jsonx.Value) bool {
 // a successful (or field-error) Parse writes nothing.
 func (p *Parser) WriteText(w io.Writer, out *Request) error {
 	p.w, p.n, p.tokens, p.werr, p.first, p.stop = w, 0, 0, nil, nil, false
-	p.sink.p, p.holdSink.p = p, p
+	p.sink.p = p
 	if p.parsed && p.promptKind != jsonx.None {
 		r := p.at(&p.rd, p.promptOff)
 		switch p.kind {
@@ -650,8 +642,7 @@ func (p *Parser) message(r *jsonx.Reader) {
 				// Content before role (encoding/json sorts map keys so;
 				// SDKs send role first): decode it now, in this pass, and
 				// write it once the role is known.
-				p.held = p.held[:0]
-				r.WriteString(&p.holdSink, p.scratch[:])
+				p.held = r.AppendString(p.held[:0])
 				held, content = true, jsonx.Value{}
 				continue
 			}
