@@ -310,3 +310,28 @@ func scanLiteral(d []byte, i int, word string) (end int, ok, eof bool) {
 	}
 	return len(d), false, string(rest) == word[:len(rest)]
 }
+
+// shortEnd returns the offset of the closing quote of the string contents
+// starting at d[i] when they are plain and shorter than 16 bytes (keys,
+// roles, finish reasons), else -1; the caller then scans as usual. It
+// spares the Reader's common short strings scanString's and nextSpecial's
+// calls, which under wazero cost more than the scan.
+func shortEnd(d []byte, i int) int {
+	if i+16 > len(d) {
+		return -1
+	}
+	w := d[i : i+16 : i+16]
+	m := special(load64(w, 0)) & msb
+	j := 0
+	if m == 0 {
+		m = special(load64(w, 8)) & msb
+		j = 8
+	}
+	if m == 0 {
+		return -1
+	}
+	if j += bits.TrailingZeros64(m) >> 3; w[j] != '"' {
+		return -1
+	}
+	return i + j
+}
