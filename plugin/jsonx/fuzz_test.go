@@ -207,8 +207,9 @@ func checkPrefixes(t *testing.T, data []byte) {
 	}
 }
 
-// FuzzWriteString holds WriteString's fast path (decodeRun, scratch of 64
-// bytes or more) to its general loop (16-byte scratch) on every input, whole
+// FuzzWriteString holds WriteString's fast paths (short plain strings
+// written from the input; decodeRun, scratch of 128 bytes or more), and
+// AppendString (negative sizes: onto that many bytes), to its general loop (16-byte scratch, no short path) on every input, whole
 // and cut at every length in prefix mode: the same error, cut and offset,
 // the same text unless there is an error (what is written before a syntax
 // error is unspecified), and for valid strings the text AppendUnescape
@@ -217,26 +218,37 @@ func FuzzWriteString(f *testing.F) {
 	for _, s := range []string{
 		`"abc"`, `"` + strings.Repeat(`SELECT 1;\n`, 20) + `"`, `"a\u00e9\ud83d\ude00b` + strings.Repeat("x", 40) + `\q"`,
 		`"` + strings.Repeat("y", 70) + "\x01\"", `"` + strings.Repeat(`\"`, 50) + `\`,
+		`"` + strings.Repeat("é漢", 30) + `\t` + strings.Repeat("z", 57) + `\/` + strings.Repeat("w", 60) + "\x1f\"",
+		`"` + strings.Repeat("v", 127) + `\u00e9` + strings.Repeat("u", 66) + `"`,
+		`"` + strings.Repeat("t", 128) + `"`, `"` + strings.Repeat("t", 127) + `"x`, `"` + strings.Repeat("t", 129) + `"`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		write := func(d []byte, prefix bool, size int) (string, error, bool, int) {
+		write := func(d []byte, prefix bool, size int, short bool) (string, error, bool, int) {
 			var r Reader
 			if prefix {
 				r.ResetPrefix(d)
 			} else {
 				r.Reset(d)
 			}
+			if size < 0 { // AppendString, onto -size bytes already held
+				pre := bytes.Repeat([]byte{'p'}, -size)
+				got := r.AppendString(pre[:-size:-size])
+				if !bytes.Equal(got[:-size], pre) {
+					t.Fatalf("AppendString(%q) changed the %d bytes before it to %q", d, -size, got[:-size])
+				}
+				return string(got[-size:]), r.Err(), r.Truncated(), r.Offset()
+			}
 			var w chunkWriter
-			r.WriteString(&w, make([]byte, size))
+			r.writeString(&w, make([]byte, size), short)
 			return w.String(), r.Err(), r.Truncated(), r.Offset()
 		}
 		for n := len(data); n >= 0; n-- {
 			prefix := n < len(data)
-			slow, serr, scut, soff := write(data[:n], prefix, 16)
-			for _, size := range []int{64, 100, 2048} {
-				fast, ferr, fcut, foff := write(data[:n], prefix, size)
+			slow, serr, scut, soff := write(data[:n], prefix, 16, false)
+			for _, size := range []int{16, 64, 128, 200, 2048, -1, -150} {
+				fast, ferr, fcut, foff := write(data[:n], prefix, size, true)
 				if fast != slow && serr == nil || (ferr == nil) != (serr == nil) || ferr != nil && ferr.Error() != serr.Error() ||
 					fcut != scut || foff != soff {
 					t.Fatalf("WriteString(%q, scratch %d) = %q, %v, cut %v, offset %d; scratch 16: %q, %v, cut %v, offset %d",

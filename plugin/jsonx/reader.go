@@ -387,8 +387,10 @@ func (r *Reader) Member() bool {
 		r.fail(BadSyntax, i, whatKey)
 		return false
 	}
-	end, esc, st := scanString(d, i+1, nil)
-	if st != sOK {
+	end, esc, st := 0, false, uint8(sOK)
+	if q := shortEnd(d, i+1); q >= 0 {
+		end = q + 1
+	} else if end, esc, st = scanString(d, i+1, nil); st != sOK {
 		r.stringFail(st, end)
 		return false
 	}
@@ -494,6 +496,11 @@ func (r *Reader) Value() Value {
 					return Value{Kind: String, Raw: d[i+1 : end], Off: i, Escaped: esc}
 				}
 			}
+		}
+		// A short plain string is never on a tape (see Tape.close).
+		if q := shortEnd(d, i+1); q >= 0 {
+			r.done(q + 1)
+			return Value{Kind: String, Raw: d[i+1 : q], Off: i}
 		}
 		end, esc, st := scanString(d, i+1, r.tape)
 		if st == sOK {

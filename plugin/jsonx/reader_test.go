@@ -2,6 +2,7 @@ package jsonx
 
 import (
 	"bytes"
+	"math/bits"
 	"strings"
 	"testing"
 )
@@ -291,7 +292,7 @@ func TestWriteString(t *testing.T) {
 	}
 	for _, c := range contents {
 		want := string(AppendUnescape(nil, []byte(c)))
-		for _, size := range []int{0, 16, 17, 31, 64, 100, 2048} {
+		for _, size := range []int{0, 16, 17, 31, 64, 100, 128, 200, 2048} {
 			var r Reader
 			r.Reset([]byte(`"` + c + `"`))
 			var w chunkWriter
@@ -454,5 +455,46 @@ func TestUnwind(t *testing.T) {
 				t.Fatalf("Unwind(%d) on %q: b = %q, End %v, want %q", depth, tt.in, v.Raw, r.End(), tt.want)
 			}
 		})
+	}
+}
+
+// TestSpecial checks special's contract on every byte value in every lane,
+// behind every plain prefix and before any bytes: the lowest flagged lane is
+// the first '"', '\\' or control byte, and a word without one has no flag.
+func TestSpecial(t *testing.T) {
+	isSpecial := func(c byte) bool { return c == '"' || c == '\\' || c < 0x20 }
+	after := []byte{'a', 0x00, '"', '\\', 0x1f, 0x20, 0x21, 0x7f, 0x80, 0xa2, 0xdc, 0xff}
+	var w [8]byte
+	for lane := 0; lane < 8; lane++ {
+		for c := 0; c < 256; c++ {
+			for _, prev := range []byte{'a', 0x80, 0xff, 0x21} {
+				for _, next := range after {
+					for i := range w {
+						switch {
+						case i < lane:
+							w[i] = prev
+						case i == lane:
+							w[i] = byte(c)
+						default:
+							w[i] = next
+						}
+					}
+					want := 8
+					for i, b := range w {
+						if isSpecial(b) {
+							want = i
+							break
+						}
+					}
+					got := 8
+					if m := special(load64(w[:], 0)) & msb; m != 0 {
+						got = bits.TrailingZeros64(m) >> 3
+					}
+					if got != want {
+						t.Fatalf("special(%q) first lane = %d, want %d", w[:], got, want)
+					}
+				}
+			}
+		}
 	}
 }

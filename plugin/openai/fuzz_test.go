@@ -182,6 +182,16 @@ func TestParseTextAllocs(t *testing.T) {
 	if allocs != 0 {
 		t.Errorf("ParseText(32 KB chat, then cut) allocs = %v, want 0", allocs)
 	}
+	// Content before role: held in a buffer that, once grown, is reused.
+	body = routerBody()
+	allocs = testing.AllocsPerRun(50, func() {
+		if err := p.ParseText(Chat, body, false, &w, &req); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("ParseText(32 KB chat, content before role) allocs = %v, want 0", allocs)
+	}
 }
 
 func TestStreamCounterAllocs(t *testing.T) {
