@@ -73,6 +73,14 @@ const tapeEntries = 8192
 // against 24.3-24.7 with 2 KB.
 const unescapeChunk = 8192
 
+// outBytes is the size of the Parser's output buffer: the prompt's small
+// pieces (roles, separators, short contents) are gathered there and reach
+// the writer in few large writes. Each write costs the prefix hasher a
+// partial block copied in and out and two interface calls: under wazero,
+// 75 messages of ~420 bytes took 139 µs into the hasher in 300 writes
+// against 110 µs into a counting writer.
+const outBytes = 8192
+
 // Request is what the router reads from an OpenAI request body.
 type Request struct {
 	Kind Kind
@@ -120,6 +128,8 @@ type Parser struct {
 	one           [1]byte
 	hexbuf        [18]byte
 	sink          sink
+	pending       [outBytes]byte // output not yet written, see emit
+	pendingLen    int
 	// held is a message's content read before its role, decoded by
 	// jsonx.Reader.AppendString; it grows (doubling) to the longest such
 	// content seen and is reused.
@@ -220,7 +230,7 @@ func (p *Parser) ParseTruncated(kind Kind, body []byte, out *Request) error {
 // decoders keep the last; a duplicated prompt key is no client's output,
 // and its text cannot be unwritten).
 func (p *Parser) ParseText(kind Kind, body []byte, truncated bool, w io.Writer, out *Request) error {
-	p.w, p.n, p.tokens, p.werr, p.stop, p.streamed = w, 0, 0, nil, false, false
+	p.w, p.n, p.tokens, p.werr, p.stop, p.streamed, p.pendingLen = w, 0, 0, nil, false, false, 0
 	p.sink.p = p
 	err := p.parse(kind, body, out, truncated)
 	out.PromptChars, out.PromptTokensExact = p.n, p.tokens
@@ -380,6 +390,7 @@ func (p *Parser) topField(r *jsonx.Reader) {
 			} else {
 				p.writeMessages(r)
 			}
+			p.flush()
 			r.Unwind(depth) // a shape error stops writing, not reading
 			out.PromptBad = p.stop
 		}
@@ -450,7 +461,7 @@ func (p *Parser) boolean(field string, v jsonx.Value) bool {
 // before stays written), or the writer's own error. Calling WriteText before
 // a successful (or field-error) Parse writes nothing.
 func (p *Parser) WriteText(w io.Writer, out *Request) error {
-	p.w, p.n, p.tokens, p.werr, p.first, p.stop = w, 0, 0, nil, nil, false
+	p.w, p.n, p.tokens, p.werr, p.first, p.stop, p.pendingLen = w, 0, 0, nil, nil, false, 0
 	p.sink.p = p
 	if p.parsed && p.promptKind != jsonx.None {
 		r := p.at(&p.rd, p.promptOff)
@@ -460,6 +471,7 @@ func (p *Parser) WriteText(w io.Writer, out *Request) error {
 		case Chat:
 			p.writeMessages(r)
 		}
+		p.flush()
 	}
 	out.PromptChars, out.PromptTokensExact, out.PromptBad = p.n, p.tokens, p.stop
 	p.w = nil
@@ -492,7 +504,32 @@ func (p *Parser) failText(code Code, field, rule string, v []byte) {
 	p.fail(code, field, rule, v)
 }
 
+// emit adds b to the output: copied into p.out when it fits, else after
+// flushing p.out, straight to the writer when it is long. What the writer
+// sees is the same byte stream in fewer pieces; flush ends it.
 func (p *Parser) emit(b []byte) {
+	if len(b) <= outBytes-p.pendingLen {
+		p.pendingLen += copy(p.pending[p.pendingLen:], b)
+		return
+	}
+	p.flush()
+	if len(b) < outBytes/2 {
+		p.pendingLen = copy(p.pending[:], b)
+		return
+	}
+	p.write(b)
+}
+
+// flush writes the pending output.
+func (p *Parser) flush() {
+	if p.pendingLen > 0 {
+		n := p.pendingLen
+		p.pendingLen = 0
+		p.write(p.pending[:n])
+	}
+}
+
+func (p *Parser) write(b []byte) {
 	if p.werr != nil || len(b) == 0 {
 		return
 	}
