@@ -304,6 +304,9 @@ func FuzzMessagesFastPath(f *testing.F) {
 		`{"model":"m","messages":[{"role":"user","content":"a"},{"role":"user","content":"b\ud83d`,
 		`{"model":"m","messages":[{"role":"user","content":"a"},{"role":"user","content":"b"}`,
 		`{"model":"m","messages":[{"role":"user","content":"a"}{"role":"user","content":"b"}]}`,
+		`{"model":"m","messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c","function":{"arguments":"{\"a\":1}"}}]},{"role":"tool","tool_call_id":"c","content":"r"}]}`,
+		`{"model":"m","messages":[{"role":"assistant","tool_calls":{},"content":"x","n":[1,-2.5e3,true,false,null,{}]},{"role":"a","tool_calls":null,"tool_calls":[]}]}`,
+		`{"model":"m","messages":[{"role":"a","content":"x","content":"y"},{"role":"a","n":01},{"role":"a","n":[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]}]}`,
 		`{"model":"m","messages":[{"role":7,"content":"a"},{"role":"user","content":"b"},{"role":"user","content":"b"}],"messages":[]}`,
 	} {
 		f.Add(s, uint8(0))
@@ -348,6 +351,8 @@ func TestFastMessagesTake(t *testing.T) {
 	for _, m := range []string{
 		`{"role":"user","content":"a \"b\"\n\u00e9"}`,
 		`{ "role": "assistant", "content": "" }`,
+		`{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]}`,
+		`{"role":"tool","tool_call_id":"call_1","content":"42"}`,
 		`{"role":"system","content":"` + strings.Repeat("x", 1900) + `"}`,
 	} {
 		var p Parser

@@ -660,14 +660,16 @@ func (p *Parser) writeMessages(r *jsonx.Reader) {
 const fastRoom = 2048
 
 // fastMessages writes the run of chat messages starting with the one due
-// next in r while they have the shape every SDK sends for a plain turn,
-// {"role":"<string without escapes>","content":"<string>"}, whitespace
-// allowed between tokens, and moves r past them. It writes what message
-// writes for them, without the Reader's calls per member and value (about
-// 1.3 µs per message under wazero, most of a short message's cost). It
-// returns false, having written nothing, when the first message has another
-// shape (other members or order, a content array or null, an escaped role,
-// a long content, an error or a cut): message reads it.
+// next in r while they have the shapes SDKs send for plain turns, tool
+// calls and tool results, and moves r past them: "role" first, a string
+// without escapes, then members with keys without escapes, among them at
+// most one "content" (a string or null) and one "tool_calls", whitespace
+// allowed between tokens. It writes what message writes for them, without
+// the Reader's calls per member and value (about 1.3 µs per message under
+// wazero, most of a short message's cost). It returns false, having
+// written nothing, when the first message has another shape (content
+// first, a content array, an escaped key or role, a repeated member, a
+// message over fastRoom bytes, an error or a cut): message reads it.
 func (p *Parser) fastMessages(r *jsonx.Reader) bool {
 	d := p.doc
 	i, end := r.Offset(), -1
@@ -692,7 +694,10 @@ func (p *Parser) fastMessages(r *jsonx.Reader) bool {
 
 // fastMessage appends to p.pending the text of the message object at d[i]
 // when it has fastMessages' shape and fits in fastRoom bytes, and returns
-// the offset after its '}'; else -1, with p.pending unchanged.
+// the offset after its '}'; else -1, with p.pending unchanged. Other
+// members' values are validated by skipValue (the SSE fast path's, held to
+// the Reader by FuzzSSEFastPath), which declines nesting deeper than
+// fastMaxDepth.
 func (p *Parser) fastMessage(d []byte, i int) int {
 	if i >= len(d) || d[i] != '{' {
 		return -1
@@ -710,29 +715,79 @@ func (p *Parser) fastMessage(d []byte, i int) int {
 	if e < 0 || esc || e-i > 64 {
 		return -1
 	}
-	role := d[i+1 : e]
-	if i = skipWS(d, e+1); i >= len(d) || d[i] != ',' {
-		return -1
-	}
-	if i = skipWS(d, i+1); !hasAt(d, i, `"content"`) {
-		return -1
-	}
-	if i = skipWS(d, i+len(`"content"`)); i >= len(d) || d[i] != ':' {
-		return -1
-	}
-	if i = skipWS(d, i+1); i >= len(d) || d[i] != '"' {
-		return -1
-	}
 	n0 := p.pendingLen
 	buf := p.pending[:n0:min(n0+fastRoom, outBytes)]
-	buf = append(buf, role...)
+	buf = append(buf, d[i+1:e]...)
 	buf = append(buf, SepRole)
-	buf, e, ok := jsonx.DecodeString(buf, d, i+1)
-	if !ok {
-		return -1
+	e++ // past the role's closing quote
+	content, tools := false, false
+	tc, tcEnd := 0, 0 // the raw tool_calls JSON, when an array or object
+	for {
+		if i = skipWS(d, e); i >= len(d) {
+			return -1
+		}
+		if d[i] == '}' {
+			break
+		}
+		if d[i] != ',' {
+			return -1
+		}
+		if i = skipWS(d, i+1); i >= len(d) || d[i] != '"' {
+			return -1
+		}
+		q, esc := jsonx.StringEnd(d, i+1)
+		if q < 0 || esc {
+			return -1
+		}
+		key := d[i+1 : q]
+		if i = skipWS(d, q+1); i >= len(d) || d[i] != ':' {
+			return -1
+		}
+		if i = skipWS(d, i+1); i >= len(d) {
+			return -1
+		}
+		switch string(key) {
+		case FieldRole:
+			return -1
+		case FieldContent:
+			if content {
+				return -1
+			}
+			content = true
+			switch d[i] {
+			case '"':
+				var ok bool
+				if buf, e, ok = jsonx.DecodeString(buf, d, i+1); !ok {
+					return -1
+				}
+				e++
+			case 'n':
+				e = literal(d, i, "null")
+			default:
+				return -1 // parts, or a wrong kind
+			}
+		case FieldToolCalls:
+			if tools {
+				return -1
+			}
+			tools = true
+			e = skipValue(d, i, 0)
+			if d[i] == '[' || d[i] == '{' {
+				tc, tcEnd = i, e
+			}
+		default:
+			e = skipValue(d, i, 0)
+		}
+		if e < 0 {
+			return -1
+		}
 	}
-	if i = skipWS(d, e+1); i >= len(d) || d[i] != '}' {
-		return -1
+	if tcEnd > tc {
+		if cap(buf)-len(buf) < 2+tcEnd-tc {
+			return -1
+		}
+		buf = append(buf, SepToolCalls)
+		buf = append(buf, d[tc:tcEnd]...)
 	}
 	if len(buf) == cap(buf) {
 		return -1
