@@ -287,3 +287,35 @@ func FuzzStringEnd(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeString holds DecodeString to the Reader's AppendString: when it
+// accepts a string, the text and the end are the Reader's, the string is
+// valid, and the text lies in dst's array (never a grown copy).
+func FuzzDecodeString(f *testing.F) {
+	for _, s := range []string{`plain"`, `a\"b\n"x`, `\u00e9\ud83d\ude00\ud83dx"`, `\u00g9"`, "ctl\x01\"", `cut\`, `cut\u00`,
+		strings.Repeat(`SELECT 1;\n`, 20) + `"`, strings.Repeat("v", 127) + `\u00e9"`} {
+		f.Add([]byte(s), uint16(100))
+	}
+	f.Fuzz(func(t *testing.T, d []byte, room uint16) {
+		held := 3
+		dst := make([]byte, held, held+int(room%4096))
+		copy(dst, "pre")
+		got, end, ok := DecodeString(dst, d, 0)
+		if !ok {
+			return
+		}
+		if cap(got) != cap(dst) || &got[:1][0] != &dst[:1][0] || string(got[:held]) != "pre" {
+			t.Fatalf("DecodeString(%q, room %d) grew or moved dst", d, room%4096)
+		}
+		var r Reader
+		doc := append([]byte{'"'}, d...)
+		r.Reset(doc)
+		want := r.AppendString(nil)
+		if r.Err() != nil || r.Offset() != end+2 {
+			t.Fatalf("DecodeString(%q) = end %d, ok; Reader: offset %d, %v", d, end, r.Offset(), r.Err())
+		}
+		if string(got[held:]) != string(want) {
+			t.Fatalf("DecodeString(%q) = %q, want %q (AppendString)", d, got[held:], want)
+		}
+	})
+}

@@ -436,3 +436,52 @@ func (r *Reader) AppendString(dst []byte) []byte {
 		i = k + adv
 	}
 }
+
+// DecodeString decodes the string contents starting at d[i], just after the
+// opening quote, by the Reader's rules (WriteString's text), appending to
+// dst's spare capacity without ever growing it. It returns the extended
+// slice, the offset of the closing quote, and ok. It fails (ok false, the
+// returned slice then unspecified beyond dst's length) when the contents
+// are invalid, d ends inside them, or the text does not fit in dst's spare
+// capacity less 76 bytes (the decoding window's room): the caller, a fast
+// path reading a known shape by offsets, then declines and lets the Reader
+// read the value and report any error. It keeps no tape.
+func DecodeString(dst, d []byte, i int) ([]byte, int, bool) {
+	for {
+		if cap(dst)-len(dst) < decodeRoom+utf8.UTFMax {
+			return dst, i, false
+		}
+		full := dst[:cap(dst)]
+		var n int
+		i, n = decodeRun(d, i, full, len(dst))
+		dst = full[:n]
+		if n+decodeRoom > cap(dst) {
+			return dst, i, false
+		}
+		k := nextSpecial(d, i)
+		if len(dst)+(k-i)+utf8.UTFMax > cap(dst) || k >= len(d) {
+			return dst, i, false
+		}
+		dst = append(dst, d[i:k]...)
+		switch c := d[k]; {
+		case c == '"':
+			return dst, k, true
+		case c != '\\' || k+1 >= len(d):
+			return dst, k, false
+		}
+		if b := escapeByte[d[k+1]]; b != 0 {
+			dst = append(dst, b)
+			i = k + 2
+			continue
+		}
+		if d[k+1] != 'u' {
+			return dst, k, false
+		}
+		u, adv, st := decodeU(d, k)
+		if st != uOK {
+			return dst, k, false
+		}
+		dst = utf8.AppendRune(dst, u)
+		i = k + adv
+	}
+}

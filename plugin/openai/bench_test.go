@@ -93,3 +93,81 @@ func BenchmarkParseTextRouter(b *testing.B) {
 		}
 	})
 }
+
+// agentBody builds a chat body of n messages of ~400 bytes each, as agents
+// and multi-turn chats send them: a system prompt, then user and assistant
+// turns alternating, every fifth user turn a content-part array (text and
+// an image), every fourth assistant turn a tool call answered by a "tool"
+// message, role first and compact, as the OpenAI SDKs serialize.
+func agentBody(n int) []byte {
+	const text = `Step %d: check the replica queue depth, then compare the prefix cache hit rate with the decode batch; ` +
+		`report \"latency\" per token and the adapter in use, with the scheduler's policy.\nKeep answers short and exact. `
+	const short = `Check the queue depth on r1 and report \"latency\" per token.\nThen the cache hit rate.`
+	turn := func(i int) string {
+		return strings.Replace(strings.Repeat(text, 2), "%d", strings.Repeat("7", i%3+1), -1)
+	}
+	var s strings.Builder
+	s.WriteString(`{"model":"meta-llama/Llama-3.1-8B-Instruct","stream":true,"max_tokens":512,"messages":[`)
+	s.WriteString(`{"role":"system","content":"` + turn(0) + `"}`)
+	for i := 1; i < n; i++ {
+		s.WriteByte(',')
+		switch {
+		case i%2 == 1 && i%10 == 1:
+			s.WriteString(`{"role":"user","content":[{"type":"text","text":"` + short +
+				`"},{"type":"image_url","image_url":{"url":"https://example.com/q.png"}}]}`)
+		case i%2 == 1:
+			s.WriteString(`{"role":"user","content":"` + turn(i) + `"}`)
+		case i%8 == 2:
+			s.WriteString(`{"role":"assistant","content":null,"tool_calls":[{"id":"call_` + strings.Repeat("x", i%5+1) +
+				`","type":"function","function":{"name":"queue_depth","arguments":"{\"replica\":\"r1\"}"}}]}`)
+			if i+1 < n {
+				i++
+				s.WriteString(`,{"role":"tool","tool_call_id":"call_x","content":"` + short + `"}`)
+			}
+		default:
+			s.WriteString(`{"role":"assistant","content":"` + turn(i) + `"}`)
+		}
+	}
+	s.WriteString(`]}`)
+	return []byte(s.String())
+}
+
+// BenchmarkParseTextMessages is the per-message cost: ParseText into the
+// prefix hasher (as BenchmarkParseTextRouter) on 75 short messages, both
+// uniform ({"role":"user","content":"..."} only) and agent traffic
+// (agentBody: content arrays, tool calls, tool results).
+func BenchmarkParseTextMessages(b *testing.B) {
+	uniform := func(n int, content string) []byte {
+		var s strings.Builder
+		s.WriteString(`{"model":"m","messages":[`)
+		for i := range n {
+			if i > 0 {
+				s.WriteByte(',')
+			}
+			s.WriteString(`{"role":"user","content":"` + content + `"}`)
+		}
+		s.WriteString(`]}`)
+		return []byte(s.String())
+	}
+	for _, bc := range []struct {
+		name string
+		body []byte
+	}{
+		{name: "uniform75", body: uniform(75, strings.Repeat(`SELECT name FROM t WHERE id = 42;  `, 12))},
+		{name: "agent75", body: agentBody(75)},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			var p Parser
+			var req Request
+			var h scoring.PrefixHasher
+			h.Init(scoring.DefaultBlockChars, (1<<20)/scoring.DefaultBlockChars)
+			b.ReportAllocs()
+			b.SetBytes(int64(len(bc.body)))
+			for b.Loop() {
+				h.ResetDeferred()
+				p.ParseText(Chat, bc.body, false, &h, &req)
+				h.SetSeed(string(req.Model), "")
+			}
+		})
+	}
+}

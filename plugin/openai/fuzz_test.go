@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -284,5 +285,79 @@ func BenchmarkParseTextShapes(b *testing.B) {
 				p.ParseText(Chat, bc.body, false, &w, &req)
 			}
 		})
+	}
+}
+
+// FuzzMessagesFastPath holds fastMessages to the general walk (message):
+// ParseText and Parse+WriteText write the same bytes, count the same
+// chars and fail alike with the fast path on and off, whole or cut.
+func FuzzMessagesFastPath(f *testing.F) {
+	long := strings.Repeat(`SELECT 1;\n`, 250)
+	for _, s := range []string{
+		`{"model":"m","messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b\"c\u00e9"}]}`,
+		`{"messages": [ {"role" : "user" , "content" : "a\ud83d\ude00" } ,{"role":"user","content":""}], "model":"m"}`,
+		`{"model":"m","messages":[{"role":"us\u0065r","content":"a"},{"role":"user","content":"b","name":"x"},{"role":"user","content":null}]}`,
+		`{"model":"m","messages":[{"role":"user","content":"a"},{"content":"b","role":"user"},{"role":"user","content":[{"type":"text","text":"c"}]}]}`,
+		`{"model":"m","messages":[{"role":"user","content":"a"},{"role":"user","content":"b` + "\x01" + `"}]}`,
+		`{"model":"m","messages":[{"role":"user","content":"a"},{"role":"user","content":"b\q"},]}`,
+		`{"model":"m","messages":[{"role":"user","content":"a"},{"role":"user","content":"` + long + `"},{"role":"user","content":"c"}]}`,
+		`{"model":"m","messages":[{"role":"user","content":"a"},{"role":"user","content":"b\ud83d`,
+		`{"model":"m","messages":[{"role":"user","content":"a"},{"role":"user","content":"b"}`,
+		`{"model":"m","messages":[{"role":"user","content":"a"}{"role":"user","content":"b"}]}`,
+		`{"model":"m","messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"c","function":{"arguments":"{\"a\":1}"}}]},{"role":"tool","tool_call_id":"c","content":"r"}]}`,
+		`{"model":"m","messages":[{"role":"assistant","tool_calls":{},"content":"x","n":[1,-2.5e3,true,false,null,{}]},{"role":"a","tool_calls":null,"tool_calls":[]}]}`,
+		`{"model":"m","messages":[{"role":"a","content":"x","content":"y"},{"role":"a","n":01},{"role":"a","n":[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]}]}`,
+		`{"model":"m","messages":[{"role":7,"content":"a"},{"role":"user","content":"b"},{"role":"user","content":"b"}],"messages":[]}`,
+	} {
+		f.Add(s, uint8(0))
+		f.Add(s, uint8(2))
+	}
+	f.Fuzz(func(t *testing.T, body string, mode uint8) {
+		trunc := mode&2 == 2
+		run := func(slow, two bool) (string, Request, error) {
+			p := Parser{slow: slow}
+			var buf bytes.Buffer
+			var req Request
+			var err error
+			if two {
+				if trunc {
+					err = p.ParseTruncated(Chat, []byte(body), &req)
+				} else {
+					err = p.Parse(Chat, []byte(body), &req)
+				}
+				if werr := p.WriteText(&buf, &req); err == nil {
+					err = werr
+				}
+			} else {
+				err = p.ParseText(Chat, []byte(body), trunc, &buf, &req)
+			}
+			req.Model = nil
+			return buf.String(), req, err
+		}
+		for _, two := range []bool{false, true} {
+			got, greq, gerr := run(false, two)
+			want, wreq, werr := run(true, two)
+			if got != want || !reflect.DeepEqual(greq, wreq) || (gerr == nil) != (werr == nil) || gerr != nil && gerr.Error() != werr.Error() {
+				t.Fatalf("ParseText(%q, truncated %v, two passes %v) = %q, %+v, %v; general walk: %q, %+v, %v",
+					body, trunc, two, got, greq, gerr, want, wreq, werr)
+			}
+		}
+	})
+}
+
+// TestFastMessagesTake checks that the common message shapes take the fast
+// path: every plain turn of agentBody.
+func TestFastMessagesTake(t *testing.T) {
+	for _, m := range []string{
+		`{"role":"user","content":"a \"b\"\n\u00e9"}`,
+		`{ "role": "assistant", "content": "" }`,
+		`{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]}`,
+		`{"role":"tool","tool_call_id":"call_1","content":"42"}`,
+		`{"role":"system","content":"` + strings.Repeat("x", 1900) + `"}`,
+	} {
+		var p Parser
+		if end := p.fastMessage([]byte(m), 0); end != len(m) {
+			t.Errorf("fastMessage(%.40q) = %d, want %d", m, end, len(m))
+		}
 	}
 }
