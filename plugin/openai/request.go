@@ -506,8 +506,8 @@ func (p *Parser) failText(code Code, field, rule string, v []byte) {
 	p.fail(code, field, rule, v)
 }
 
-// emit adds b to the output: copied into p.out when it fits, else after
-// flushing p.out, straight to the writer when it is long. What the writer
+// emit adds b to the output: copied into p.pending when it fits, else
+// after flushing p.pending, straight to the writer when it is long. What the writer
 // sees is the same byte stream in fewer pieces; flush ends it.
 func (p *Parser) emit(b []byte) {
 	if len(b) <= outBytes-p.pendingLen {
