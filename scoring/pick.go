@@ -160,7 +160,19 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 	}
 	cands := d.cands[:len(replicas)]
 
+	// The loop's invariants live in memory (a struct of more than four
+	// fields is not split into registers): on wasm each value live across
+	// the loop costs spills and reloads in every iteration.
+	var k struct {
+		n                                                int
+		promptMean, outMean, chunk, lamBar, ownBest, stream float64
+		staleNanos                                       int64
+		adapterHash                                      uint64
+		waitForSlot                                      bool
+	}
+	k.waitForSlot = waitForSlot
 	n := max(req.PromptTokens, 1)
+	k.n = n
 	var adapterHash uint64
 	if req.Adapter != "" {
 		adapterHash = HashString(req.Adapter)
@@ -189,6 +201,8 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		ownBest = adapterReloads(p, replicas, l, nowNanos)
 		stream += l.adapterStream(p.AdapterMemory.Seconds())
 	}
+	k.promptMean, k.outMean, k.chunk, k.lamBar, k.ownBest, k.stream = promptMean, outMean, chunk, lamBar, ownBest, stream
+	k.staleNanos, k.adapterHash = staleNanos, adapterHash
 
 	best := math.Inf(1)
 	minWait := math.Inf(1)
@@ -220,12 +234,12 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 			// replica: vLLM activates LoRAs before the forward pass. The
 			// queued prefill in W does not count them.
 			pendingSec = l.pendingOn(i)
-			a, ok, rel := adapterCost(p, r, req.Adapter, held, l.freshOn(i))
+			a, ok, rel := adapterCost(p, r, req.Adapter, k.adapterHash, held, l.freshOn(i))
 			releases = rel
 			switch {
 			case ok:
 				c.AdapterSec = a
-				reloadSec = l.reloadOn(i, ownBest)
+				reloadSec = l.reloadOn(i, k.ownBest)
 				if h.AdapterLoadStorageSec > 0 && a >= h.AdapterLoadStorageSec {
 					// A load from storage makes r the adapter's home: its
 					// later requests find it resident here and follow it,
@@ -240,11 +254,11 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 					// Counting the requests expected within AdapterMemory
 					// (adapterStream), 0 to 18, splits 0 to 4, TTFT mean
 					// 0.761 to 0.697 s on average over the seeds.
-					reloadSec *= stream
+					reloadSec *= k.stream
 				}
-			case waitForSlot && r.AdapterSlots != 0:
+			case k.waitForSlot && r.AdapterSlots != 0:
 				c.AdapterSec, slotWait = r.Hardware.AdapterLoadStorageSec+p.AdapterToleranceSec, true
-				reloadSec = l.reloadOn(i, ownBest)
+				reloadSec = l.reloadOn(i, k.ownBest)
 			default:
 				d.NoAdapterSlot++
 				c.Index = -1
@@ -255,9 +269,9 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		// k(r) and P_r(n − k): the server recomputes at least the last
 		// token, so k < n.
 		if i < len(cachedTokens) {
-			c.CachedTokens = min(max(cachedTokens[i], 0), n-1)
+			c.CachedTokens = min(max(cachedTokens[i], 0), k.n-1)
 		}
-		c.PrefillSec = h.PrefillSeconds(n - c.CachedTokens)
+		c.PrefillSec = h.PrefillSeconds(k.n - c.CachedTokens)
 
 		// W(r): reported queue and batch, with the ledger's and the peer
 		// routers' exact tokens for their own requests and means for the rest.
@@ -324,16 +338,16 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		// (Inline, not a function: a call makes Go spill every live register
 		// of this loop, which doubled Pick's time.)
 		qN := float64(accQueuedN + foreignWaiting)
-		qTok := float64(accQueuedTokens) + float64(foreignWaiting)*promptMean
-		uncached := float64(n - c.CachedTokens)
+		qTok := float64(accQueuedTokens) + float64(foreignWaiting)*k.promptMean
+		uncached := float64(k.n - c.CachedTokens)
 		w := qN*h.PrefillFixedSec + qTok*h.PrefillSecPerToken + pendingSec
 		onReplica := qN + float64(accDecodeN+foreignRunning) // requests an adapter load stalls
 		hold := 0.0
 		if batch := accDecodeN + foreignRunning; batch > 0 {
 			b := float64(batch)
-			decodeTok := float64(accDecodeTokens) + float64(foreignRunning)*outMean/2
+			decodeTok := float64(accDecodeTokens) + float64(foreignRunning)*k.outMean/2
 			step := h.DecodeStepSec + h.DecodeStepSecPerSeq*(b-1)
-			perStep := chunk - b
+			perStep := k.chunk - b
 			if !(perStep >= 1) {
 				perStep = 1
 			}
@@ -414,7 +428,7 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 			// next step boundary only if nothing foreign is queued ahead.
 			g.clearSeen, g.clearNanos = foreignWaiting == 0 && pw.QueuedN == 0 && hold == 0, nowNanos
 		}
-		if r.ScrapedNanos == 0 || nowNanos-r.ScrapedNanos > staleNanos {
+		if r.ScrapedNanos == 0 || nowNanos-r.ScrapedNanos > k.staleNanos {
 			c.Stale = true
 			d.Stale++
 			w += p.StalePenaltySec
@@ -442,7 +456,7 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		// reload runs inside a step too, so it costs its own request and
 		// the ones on r then, counted as the ones on r now: (1 + N_r).
 		if p.ExternalityWeight > 0 {
-			ext := lamBar*c.TotalSec()*(c.AdapterSec+c.PrefillSec) + onReplica*c.AdapterSec
+			ext := k.lamBar*c.TotalSec()*(c.AdapterSec+c.PrefillSec) + onReplica*c.AdapterSec
 			ext += reloadSec * (1 + onReplica)
 			c.ExternalSec = p.ExternalityWeight * ext
 		}
@@ -737,7 +751,7 @@ func meanArrivalRate(p *Params, replicas []Replica, l *Ledger, nowNanos int64) f
 // first. Fresh adapters are the other adapters this router sent to r after
 // its snapshot that the snapshot does not list: each holds a slot the
 // snapshot shows free, or waits for one.
-func adapterCost(p *Params, r *Replica, adapter string, remembered AdapterTier, fresh int) (float64, bool, int) {
+func adapterCost(p *Params, r *Replica, adapter string, hash uint64, remembered AdapterTier, fresh int) (float64, bool, int) {
 	if r.AdapterSlots == 0 {
 		return 0, false, 0
 	}
@@ -748,7 +762,9 @@ func adapterCost(p *Params, r *Replica, adapter string, remembered AdapterTier, 
 	gpu, evictable, queued := 0, false, 0
 	for i := range r.Adapters {
 		a := &r.Adapters[i]
-		if a.Name == adapter {
+		// The keys first (hash is HashString(adapter)): comparing names
+		// is a runtime call on wasm, for every listed adapter.
+		if (a.Hash == 0 || a.Hash == hash) && a.Name == adapter {
 			tier = min(tier, a.Tier)
 			if a.Tier == TierGPU {
 				return 0, true, 0
