@@ -114,6 +114,7 @@ type Decision struct {
 	Stale int
 
 	cands []Candidate
+	adapt []adapterTerms
 }
 
 // Chosen returns the chosen candidate's cost terms, or false when none.
@@ -164,11 +165,12 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 	// fields is not split into registers): on wasm each value live across
 	// the loop costs spills and reloads in every iteration.
 	var k struct {
-		n                                                int
+		n                                                   int
 		promptMean, outMean, chunk, lamBar, ownBest, stream float64
-		staleNanos                                       int64
-		adapterHash                                      uint64
-		waitForSlot                                      bool
+		staleNanos                                          int64
+		adapterHash                                         uint64
+		waitForSlot                                         bool
+		terms                                               []adapterTerms // nil: no adapter
 	}
 	k.waitForSlot = waitForSlot
 	n := max(req.PromptTokens, 1)
@@ -203,6 +205,13 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 	}
 	k.promptMean, k.outMean, k.chunk, k.lamBar, k.ownBest, k.stream = promptMean, outMean, chunk, lamBar, ownBest, stream
 	k.staleNanos, k.adapterHash = staleNanos, adapterHash
+	if req.Adapter != "" {
+		if cap(d.adapt) < len(replicas) {
+			d.adapt = make([]adapterTerms, len(replicas))
+		}
+		k.terms = d.adapt[:len(replicas)]
+		adapterPass(p, req, replicas, l, nowNanos, k.terms, adapterHash, ownBest, stream, waitForSlot)
+	}
 
 	best := math.Inf(1)
 	minWait := math.Inf(1)
@@ -221,49 +230,16 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		*c = Candidate{Index: i}
 		h := &r.Hardware
 
-		// A(r, a).
-		slotWait, reloadSec, releases, pendingSec := false, 0.0, 0, 0.0
-		if req.Adapter != "" {
-			held := l.remembered(i)
-			if held == TierStorage && i < len(req.AdapterRecent) && req.AdapterRecent[i] {
-				held = TierHost
-			}
-			// The loads of other adapters sent there that have not
-			// started (no GPU slot yet) run before this request's first
-			// token, each inside an engine step that stalls the whole
-			// replica: vLLM activates LoRAs before the forward pass. The
-			// queued prefill in W does not count them.
-			pendingSec = l.pendingOn(i)
-			a, ok, rel := adapterCost(p, r, req.Adapter, k.adapterHash, held, l.freshOn(i))
-			releases = rel
-			switch {
-			case ok:
-				c.AdapterSec = a
-				reloadSec = l.reloadOn(i, k.ownBest)
-				if h.AdapterLoadStorageSec > 0 && a >= h.AdapterLoadStorageSec {
-					// A load from storage makes r the adapter's home: its
-					// later requests find it resident here and follow it,
-					// so the reloads its share of r's caches causes recur
-					// for each of them, not only for this one, while the
-					// loads and stalls of going elsewhere are paid once.
-					// Priced for one request, a first placement or a split
-					// onto an idle replica with a full host cache won over
-					// a busy one with room, and stayed: lora seeds 1-7, 6
-					// to 29 storage reloads beyond the first load of each
-					// adapter (always-warm: none), 1 to 17 of them splits.
-					// Counting the requests expected within AdapterMemory
-					// (adapterStream), 0 to 18, splits 0 to 4, TTFT mean
-					// 0.761 to 0.697 s on average over the seeds.
-					reloadSec *= k.stream
-				}
-			case k.waitForSlot && r.AdapterSlots != 0:
-				c.AdapterSec, slotWait = r.Hardware.AdapterLoadStorageSec+p.AdapterToleranceSec, true
-				reloadSec = l.reloadOn(i, k.ownBest)
-			default:
+		// A(r, a), from adapterPass.
+		pendingSec := 0.0
+		if k.terms != nil {
+			t := &k.terms[i]
+			if !t.ok {
 				d.NoAdapterSlot++
 				c.Index = -1
 				continue
 			}
+			c.AdapterSec, pendingSec = t.sec, t.pendingSec
 		}
 
 		// k(r) and P_r(n − k): the server recomputes at least the last
@@ -377,7 +353,7 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 				}
 			}
 			w += hold
-			if slotWait {
+			if k.terms != nil && k.terms[i].slotWait {
 				// One slot frees about every mean remaining output; the
 				// adapters already waiting for one there take the first
 				// ones (the engine admits its queue in order), so this
@@ -386,7 +362,7 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 				// the replica that looked soonest (lora seed 2: 7 new
 				// adapters on one replica in 5 s, first tokens after 11 to
 				// 22 s, and 13 adapters sharing its 4 slots from then on).
-				c.AdapterSec += step * decodeTok / b * float64(releases)
+				c.AdapterSec += step * decodeTok / b * float64(k.terms[i].releases)
 			}
 		}
 		if g != nil {
@@ -457,7 +433,10 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		// the ones on r then, counted as the ones on r now: (1 + N_r).
 		if p.ExternalityWeight > 0 {
 			ext := k.lamBar*c.TotalSec()*(c.AdapterSec+c.PrefillSec) + onReplica*c.AdapterSec
-			ext += reloadSec * (1 + onReplica)
+			if k.terms != nil {
+				// Without an adapter there is no reload: the term is +0.
+				ext += k.terms[i].reloadSec * (1 + onReplica)
+			}
 			c.ExternalSec = p.ExternalityWeight * ext
 		}
 
@@ -528,6 +507,71 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		d.Reason = ReasonPrefixAffinity
 	default:
 		d.Reason = ReasonFasterHardware
+	}
+}
+
+// adapterTerms is one replica's adapter terms for Pick's loop.
+type adapterTerms struct {
+	sec, reloadSec, pendingSec float64 // A(r, a), reloads it causes, loads queued ahead
+	releases                   int     // GPU slots that must free first (with slotWait)
+	ok, slotWait               bool    // r can serve the adapter; only after a slot frees
+}
+
+// adapterPass fills terms with the adapter terms of every open replica for
+// pick's loop. A pass of its own, not in that loop: the call to adapterCost
+// there made the loop spill all its live values on wasm for each replica,
+// and the values the terms need (the hash, ownBest, stream) were more live
+// values in a loop whose every one costs (Pick/64 with an adapter: about
+// twice the time without one).
+func adapterPass(p *Params, req *Request, replicas []Replica, l *Ledger, nowNanos int64, terms []adapterTerms, hash uint64, ownBest, stream float64, waitForSlot bool) {
+	for i := range replicas {
+		r := &replicas[i]
+		if !r.Healthy || r.DrainAt(nowNanos) != Serving || i >= len(terms) {
+			continue // not scored
+		}
+		t := &terms[i]
+		*t = adapterTerms{}
+		h := &r.Hardware
+		held := l.remembered(i)
+		if held == TierStorage && i < len(req.AdapterRecent) && req.AdapterRecent[i] {
+			held = TierHost
+		}
+		// The loads of other adapters sent there that have not
+		// started (no GPU slot yet) run before this request's first
+		// token, each inside an engine step that stalls the whole
+		// replica: vLLM activates LoRAs before the forward pass. The
+		// queued prefill in W does not count them.
+		t.pendingSec = l.pendingOn(i)
+		a, ok, rel := adapterCost(p, r, req.Adapter, hash, held, l.freshOn(i))
+		t.releases = rel
+		switch {
+		case ok:
+			t.ok = true
+			t.sec = a
+			t.reloadSec = l.reloadOn(i, ownBest)
+			if h.AdapterLoadStorageSec > 0 && a >= h.AdapterLoadStorageSec {
+				// A load from storage makes r the adapter's home: its
+				// later requests find it resident here and follow it,
+				// so the reloads its share of r's caches causes recur
+				// for each of them, not only for this one, while the
+				// loads and stalls of going elsewhere are paid once.
+				// Priced for one request, a first placement or a split
+				// onto an idle replica with a full host cache won over
+				// a busy one with room, and stayed: lora seeds 1-7, 6
+				// to 29 storage reloads beyond the first load of each
+				// adapter (always-warm: none), 1 to 17 of them splits.
+				// Counting the requests expected within AdapterMemory
+				// (adapterStream), 0 to 18, splits 0 to 4, TTFT mean
+				// 0.761 to 0.697 s on average over the seeds.
+				t.reloadSec *= stream
+			}
+		case waitForSlot && r.AdapterSlots != 0:
+			t.ok = true
+			t.sec, t.slotWait = r.Hardware.AdapterLoadStorageSec+p.AdapterToleranceSec, true
+			t.reloadSec = l.reloadOn(i, ownBest)
+		default:
+			t.ok = false
+		}
 	}
 }
 
