@@ -114,6 +114,7 @@ type Decision struct {
 	Stale int
 
 	cands []Candidate
+	adapt []adapterTerms
 }
 
 // Chosen returns the chosen candidate's cost terms, or false when none.
@@ -160,7 +161,20 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 	}
 	cands := d.cands[:len(replicas)]
 
+	// The loop's invariants live in memory (a struct of more than four
+	// fields is not split into registers): on wasm each value live across
+	// the loop costs spills and reloads in every iteration.
+	var k struct {
+		n                                                   int
+		promptMean, outMean, chunk, lamBar, ownBest, stream float64
+		staleNanos                                          int64
+		adapterHash                                         uint64
+		waitForSlot                                         bool
+		terms                                               []adapterTerms // nil: no adapter
+	}
+	k.waitForSlot = waitForSlot
 	n := max(req.PromptTokens, 1)
+	k.n = n
 	var adapterHash uint64
 	if req.Adapter != "" {
 		adapterHash = HashString(req.Adapter)
@@ -189,6 +203,15 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		ownBest = adapterReloads(p, replicas, l, nowNanos)
 		stream += l.adapterStream(p.AdapterMemory.Seconds())
 	}
+	k.promptMean, k.outMean, k.chunk, k.lamBar, k.ownBest, k.stream = promptMean, outMean, chunk, lamBar, ownBest, stream
+	k.staleNanos, k.adapterHash = staleNanos, adapterHash
+	if req.Adapter != "" {
+		if cap(d.adapt) < len(replicas) {
+			d.adapt = make([]adapterTerms, len(replicas))
+		}
+		k.terms = d.adapt[:len(replicas)]
+		adapterPass(p, req, replicas, l, nowNanos, k.terms, adapterHash, ownBest, stream, waitForSlot)
+	}
 
 	best := math.Inf(1)
 	minWait := math.Inf(1)
@@ -207,57 +230,24 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		*c = Candidate{Index: i}
 		h := &r.Hardware
 
-		// A(r, a).
-		slotWait, reloadSec, releases, pendingSec := false, 0.0, 0, 0.0
-		if req.Adapter != "" {
-			held := l.remembered(i)
-			if held == TierStorage && i < len(req.AdapterRecent) && req.AdapterRecent[i] {
-				held = TierHost
-			}
-			// The loads of other adapters sent there that have not
-			// started (no GPU slot yet) run before this request's first
-			// token, each inside an engine step that stalls the whole
-			// replica: vLLM activates LoRAs before the forward pass. The
-			// queued prefill in W does not count them.
-			pendingSec = l.pendingOn(i)
-			a, ok, rel := adapterCost(p, r, req.Adapter, held, l.freshOn(i))
-			releases = rel
-			switch {
-			case ok:
-				c.AdapterSec = a
-				reloadSec = l.reloadOn(i, ownBest)
-				if h.AdapterLoadStorageSec > 0 && a >= h.AdapterLoadStorageSec {
-					// A load from storage makes r the adapter's home: its
-					// later requests find it resident here and follow it,
-					// so the reloads its share of r's caches causes recur
-					// for each of them, not only for this one, while the
-					// loads and stalls of going elsewhere are paid once.
-					// Priced for one request, a first placement or a split
-					// onto an idle replica with a full host cache won over
-					// a busy one with room, and stayed: lora seeds 1-7, 6
-					// to 29 storage reloads beyond the first load of each
-					// adapter (always-warm: none), 1 to 17 of them splits.
-					// Counting the requests expected within AdapterMemory
-					// (adapterStream), 0 to 18, splits 0 to 4, TTFT mean
-					// 0.761 to 0.697 s on average over the seeds.
-					reloadSec *= stream
-				}
-			case waitForSlot && r.AdapterSlots != 0:
-				c.AdapterSec, slotWait = r.Hardware.AdapterLoadStorageSec+p.AdapterToleranceSec, true
-				reloadSec = l.reloadOn(i, ownBest)
-			default:
+		// A(r, a), from adapterPass.
+		pendingSec := 0.0
+		if k.terms != nil {
+			t := &k.terms[i]
+			if !t.ok {
 				d.NoAdapterSlot++
 				c.Index = -1
 				continue
 			}
+			c.AdapterSec, pendingSec = t.sec, t.pendingSec
 		}
 
 		// k(r) and P_r(n − k): the server recomputes at least the last
 		// token, so k < n.
 		if i < len(cachedTokens) {
-			c.CachedTokens = min(max(cachedTokens[i], 0), n-1)
+			c.CachedTokens = min(max(cachedTokens[i], 0), k.n-1)
 		}
-		c.PrefillSec = h.PrefillSeconds(n - c.CachedTokens)
+		c.PrefillSec = h.PrefillSeconds(k.n - c.CachedTokens)
 
 		// W(r): reported queue and batch, with the ledger's and the peer
 		// routers' exact tokens for their own requests and means for the rest.
@@ -324,16 +314,16 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		// (Inline, not a function: a call makes Go spill every live register
 		// of this loop, which doubled Pick's time.)
 		qN := float64(accQueuedN + foreignWaiting)
-		qTok := float64(accQueuedTokens) + float64(foreignWaiting)*promptMean
-		uncached := float64(n - c.CachedTokens)
+		qTok := float64(accQueuedTokens) + float64(foreignWaiting)*k.promptMean
+		uncached := float64(k.n - c.CachedTokens)
 		w := qN*h.PrefillFixedSec + qTok*h.PrefillSecPerToken + pendingSec
 		onReplica := qN + float64(accDecodeN+foreignRunning) // requests an adapter load stalls
 		hold := 0.0
 		if batch := accDecodeN + foreignRunning; batch > 0 {
 			b := float64(batch)
-			decodeTok := float64(accDecodeTokens) + float64(foreignRunning)*outMean/2
+			decodeTok := float64(accDecodeTokens) + float64(foreignRunning)*k.outMean/2
 			step := h.DecodeStepSec + h.DecodeStepSecPerSeq*(b-1)
-			perStep := chunk - b
+			perStep := k.chunk - b
 			if !(perStep >= 1) {
 				perStep = 1
 			}
@@ -363,7 +353,7 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 				}
 			}
 			w += hold
-			if slotWait {
+			if k.terms != nil && k.terms[i].slotWait {
 				// One slot frees about every mean remaining output; the
 				// adapters already waiting for one there take the first
 				// ones (the engine admits its queue in order), so this
@@ -372,7 +362,7 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 				// the replica that looked soonest (lora seed 2: 7 new
 				// adapters on one replica in 5 s, first tokens after 11 to
 				// 22 s, and 13 adapters sharing its 4 slots from then on).
-				c.AdapterSec += step * decodeTok / b * float64(releases)
+				c.AdapterSec += step * decodeTok / b * float64(k.terms[i].releases)
 			}
 		}
 		if g != nil {
@@ -414,7 +404,7 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 			// next step boundary only if nothing foreign is queued ahead.
 			g.clearSeen, g.clearNanos = foreignWaiting == 0 && pw.QueuedN == 0 && hold == 0, nowNanos
 		}
-		if r.ScrapedNanos == 0 || nowNanos-r.ScrapedNanos > staleNanos {
+		if r.ScrapedNanos == 0 || nowNanos-r.ScrapedNanos > k.staleNanos {
 			c.Stale = true
 			d.Stale++
 			w += p.StalePenaltySec
@@ -442,8 +432,11 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		// reload runs inside a step too, so it costs its own request and
 		// the ones on r then, counted as the ones on r now: (1 + N_r).
 		if p.ExternalityWeight > 0 {
-			ext := lamBar*c.TotalSec()*(c.AdapterSec+c.PrefillSec) + onReplica*c.AdapterSec
-			ext += reloadSec * (1 + onReplica)
+			ext := k.lamBar*c.TotalSec()*(c.AdapterSec+c.PrefillSec) + onReplica*c.AdapterSec
+			if k.terms != nil {
+				// Without an adapter there is no reload: the term is +0.
+				ext += k.terms[i].reloadSec * (1 + onReplica)
+			}
 			c.ExternalSec = p.ExternalityWeight * ext
 		}
 
@@ -514,6 +507,71 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		d.Reason = ReasonPrefixAffinity
 	default:
 		d.Reason = ReasonFasterHardware
+	}
+}
+
+// adapterTerms is one replica's adapter terms for Pick's loop.
+type adapterTerms struct {
+	sec, reloadSec, pendingSec float64 // A(r, a), reloads it causes, loads queued ahead
+	releases                   int     // GPU slots that must free first (with slotWait)
+	ok, slotWait               bool    // r can serve the adapter; only after a slot frees
+}
+
+// adapterPass fills terms with the adapter terms of every open replica for
+// pick's loop. A pass of its own, not in that loop: the call to adapterCost
+// there made the loop spill all its live values on wasm for each replica,
+// and the values the terms need (the hash, ownBest, stream) were more live
+// values in a loop whose every one costs (Pick/64 with an adapter: about
+// twice the time without one).
+func adapterPass(p *Params, req *Request, replicas []Replica, l *Ledger, nowNanos int64, terms []adapterTerms, hash uint64, ownBest, stream float64, waitForSlot bool) {
+	for i := range replicas {
+		r := &replicas[i]
+		if !r.Healthy || r.DrainAt(nowNanos) != Serving || i >= len(terms) {
+			continue // not scored
+		}
+		t := &terms[i]
+		*t = adapterTerms{}
+		h := &r.Hardware
+		held := l.remembered(i)
+		if held == TierStorage && i < len(req.AdapterRecent) && req.AdapterRecent[i] {
+			held = TierHost
+		}
+		// The loads of other adapters sent there that have not
+		// started (no GPU slot yet) run before this request's first
+		// token, each inside an engine step that stalls the whole
+		// replica: vLLM activates LoRAs before the forward pass. The
+		// queued prefill in W does not count them.
+		t.pendingSec = l.pendingOn(i)
+		a, ok, rel := adapterCost(p, r, req.Adapter, hash, held, l.freshOn(i))
+		t.releases = rel
+		switch {
+		case ok:
+			t.ok = true
+			t.sec = a
+			t.reloadSec = l.reloadOn(i, ownBest)
+			if h.AdapterLoadStorageSec > 0 && a >= h.AdapterLoadStorageSec {
+				// A load from storage makes r the adapter's home: its
+				// later requests find it resident here and follow it,
+				// so the reloads its share of r's caches causes recur
+				// for each of them, not only for this one, while the
+				// loads and stalls of going elsewhere are paid once.
+				// Priced for one request, a first placement or a split
+				// onto an idle replica with a full host cache won over
+				// a busy one with room, and stayed: lora seeds 1-7, 6
+				// to 29 storage reloads beyond the first load of each
+				// adapter (always-warm: none), 1 to 17 of them splits.
+				// Counting the requests expected within AdapterMemory
+				// (adapterStream), 0 to 18, splits 0 to 4, TTFT mean
+				// 0.761 to 0.697 s on average over the seeds.
+				t.reloadSec *= stream
+			}
+		case waitForSlot && r.AdapterSlots != 0:
+			t.ok = true
+			t.sec, t.slotWait = r.Hardware.AdapterLoadStorageSec+p.AdapterToleranceSec, true
+			t.reloadSec = l.reloadOn(i, ownBest)
+		default:
+			t.ok = false
+		}
 	}
 }
 
@@ -737,7 +795,7 @@ func meanArrivalRate(p *Params, replicas []Replica, l *Ledger, nowNanos int64) f
 // first. Fresh adapters are the other adapters this router sent to r after
 // its snapshot that the snapshot does not list: each holds a slot the
 // snapshot shows free, or waits for one.
-func adapterCost(p *Params, r *Replica, adapter string, remembered AdapterTier, fresh int) (float64, bool, int) {
+func adapterCost(p *Params, r *Replica, adapter string, hash uint64, remembered AdapterTier, fresh int) (float64, bool, int) {
 	if r.AdapterSlots == 0 {
 		return 0, false, 0
 	}
@@ -748,7 +806,9 @@ func adapterCost(p *Params, r *Replica, adapter string, remembered AdapterTier, 
 	gpu, evictable, queued := 0, false, 0
 	for i := range r.Adapters {
 		a := &r.Adapters[i]
-		if a.Name == adapter {
+		// The keys first (hash is HashString(adapter)): comparing names
+		// is a runtime call on wasm, for every listed adapter.
+		if (a.Hash == 0 || a.Hash == hash) && a.Name == adapter {
 			tier = min(tier, a.Tier)
 			if a.Tier == TierGPU {
 				return 0, true, 0

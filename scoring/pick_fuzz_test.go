@@ -202,3 +202,17 @@ func BenchmarkPick(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPickBase64 is BenchmarkPick/64 for a request without an adapter,
+// the common case on the plugin's request path (issue #4).
+func BenchmarkPickBase64(b *testing.B) {
+	rs, cached, l, req := benchFleet(64)
+	req.Adapter = ""
+	p := DefaultParams()
+	var d Decision
+	Pick(&p, &req, rs, cached, l, 1e12, &d)
+	b.ReportAllocs()
+	for b.Loop() {
+		Pick(&p, &req, rs, cached, l, 1e12, &d)
+	}
+}
