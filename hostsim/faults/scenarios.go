@@ -384,6 +384,9 @@ func runContention(o Options, res *Result) {
 		secs := (e.h.Now() - t0).Seconds()
 		hit := float64(e.metric(statPrefixHits)) / float64(max(e.metric(statPromptTokens), 1))
 		_, _, ok := e.h.SharedData(vmID, keyPrefixIndex)
+		if !ok {
+			e.fail(errors.New("no shared prefix index under " + keyPrefixIndex + " after the load"))
+		}
 		res.Figures = fmt.Sprintf("scrapes per replica per second %.1f (one leader at 10/s); lease changes %d; prefix-hit token share %.2f; shared prefix index present %v; %s",
 			float64(scr-s0)/float64(len(e.reps))/secs, e.metric(statLeaseChanges), hit, ok, e.shares())
 	})
@@ -452,6 +455,12 @@ func runModuleSwap(o Options, res *Result) {
 			return
 		}
 		_, afterCAS, ok := e.h.SharedData(vmID, keyPrefixIndex)
+		if !ok || afterCAS != prefixCAS {
+			// New VMs read the index the old ones left; rewriting it
+			// (or losing it) would cost the new module its affinity.
+			e.fail(errors.New("shared prefix index not kept across the module swap (cas " +
+				strconv.FormatUint(uint64(prefixCAS), 10) + " -> " + strconv.FormatUint(uint64(afterCAS), 10) + ")"))
+		}
 		// Old VMs finish their streams, then go.
 		for _, f := range e.open {
 			if err := e.finish(f.s, f.rep, true); err != nil {
