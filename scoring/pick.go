@@ -222,7 +222,10 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 			d.Unhealthy++
 			continue
 		}
-		if r.DrainAt(nowNanos) != Serving {
+		// Not DrainAt: its deadline only turns Draining into Drained,
+		// both closed, and on wasm its clock comparisons were branches
+		// in every iteration (here and in the other passes).
+		if r.Drain != Serving {
 			d.Draining++
 			continue
 		}
@@ -531,7 +534,7 @@ type adapterTerms struct {
 func adapterPass(p *Params, req *Request, replicas []Replica, l *Ledger, nowNanos int64, terms []adapterTerms, hash uint64, ownBest, stream float64, waitForSlot bool) {
 	for i := range replicas {
 		r := &replicas[i]
-		if !r.Healthy || r.DrainAt(nowNanos) != Serving || i >= len(terms) {
+		if !r.Healthy || r.Drain != Serving || i >= len(terms) {
 			continue // not scored
 		}
 		t := &terms[i]
@@ -695,7 +698,7 @@ func adapterReloads(p *Params, replicas []Replica, l *Ledger, nowNanos int64) fl
 		}
 		r := &replicas[i]
 		l.reloadSec[i], l.ownSec[i] = 0, 0
-		if !r.Healthy || r.AdapterSlots == 0 || r.DrainAt(nowNanos) != Serving {
+		if !r.Healthy || r.AdapterSlots == 0 || r.Drain != Serving {
 			continue
 		}
 		others, own := reloadCost(p, r, l, i)
@@ -782,7 +785,7 @@ func meanArrivalRate(p *Params, replicas []Replica, l *Ledger, nowNanos int64) f
 	for i := range replicas {
 		r := &replicas[i]
 		total += r.PeerWork.ArrivalPerSec
-		if r.Healthy && r.DrainAt(nowNanos) == Serving {
+		if r.Healthy && r.Drain == Serving {
 			open++
 		}
 	}
