@@ -255,7 +255,11 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 			cached = min(max(cachedTokens[i], 0), k.n-1)
 		}
 		c.CachedTokens = cached
-		c.PrefillSec = h.PrefillSeconds(k.n - cached)
+		// h.PrefillSeconds(n − k) written out: n − k ≥ 1, so its guard
+		// for no tokens, a float result chosen by a branch on wasm, is
+		// not needed.
+		uncached := float64(k.n - cached)
+		c.PrefillSec = h.PrefillFixedSec + h.PrefillSecPerToken*uncached + h.PrefillSecPerToken2*uncached*uncached
 
 		// W(r): reported queue and batch, with the ledger's and the peer
 		// routers' exact tokens for their own requests and means for the rest.
@@ -323,7 +327,6 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		// of this loop, which doubled Pick's time.)
 		qN := float64(accQueuedN + foreignWaiting)
 		qTok := float64(accQueuedTokens) + float64(foreignWaiting)*k.promptMean
-		uncached := float64(k.n - cached)
 		w := qN*h.PrefillFixedSec + qTok*h.PrefillSecPerToken + pendingSec
 		onReplica := qN + float64(accDecodeN+foreignRunning) // requests an adapter load stalls
 		hold := 0.0
