@@ -1,6 +1,9 @@
 package scoring
 
-import "math"
+import (
+	"math"
+	"runtime"
+)
 
 // Reason says why Pick chose what it chose.
 type Reason uint8
@@ -222,12 +225,18 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 			d.Unhealthy++
 			continue
 		}
-		if r.DrainAt(nowNanos) != Serving {
+		// Not DrainAt: its deadline only turns Draining into Drained,
+		// both closed, and on wasm its clock comparisons were branches
+		// in every iteration (here and in the other passes).
+		if r.Drain != Serving {
 			d.Draining++
 			continue
 		}
 		c := &cands[i]
-		*c = Candidate{Index: i}
+		// Field by field, each once, rather than zeroing the whole
+		// Candidate first: on wasm the zeroing was a run of stores per
+		// replica that the writes below repeat anyway.
+		c.Index, c.AdapterSec, c.ExternalSec = i, 0, 0
 		h := &r.Hardware
 
 		// A(r, a), from adapterPass.
@@ -244,10 +253,16 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 
 		// k(r) and P_r(n − k): the server recomputes at least the last
 		// token, so k < n.
+		cached := 0
 		if i < len(cachedTokens) {
-			c.CachedTokens = min(max(cachedTokens[i], 0), k.n-1)
+			cached = min(max(cachedTokens[i], 0), k.n-1)
 		}
-		c.PrefillSec = h.PrefillSeconds(k.n - c.CachedTokens)
+		c.CachedTokens = cached
+		// h.PrefillSeconds(n − k) written out: n − k ≥ 1, so its guard
+		// for no tokens, a float result chosen by a branch on wasm, is
+		// not needed.
+		uncached := float64(k.n - cached)
+		c.PrefillSec = h.PrefillFixedSec + h.PrefillSecPerToken*uncached + h.PrefillSecPerToken2*uncached*uncached
 
 		// W(r): reported queue and batch, with the ledger's and the peer
 		// routers' exact tokens for their own requests and means for the rest.
@@ -315,7 +330,6 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		// of this loop, which doubled Pick's time.)
 		qN := float64(accQueuedN + foreignWaiting)
 		qTok := float64(accQueuedTokens) + float64(foreignWaiting)*k.promptMean
-		uncached := float64(k.n - c.CachedTokens)
 		w := qN*h.PrefillFixedSec + qTok*h.PrefillSecPerToken + pendingSec
 		onReplica := qN + float64(accDecodeN+foreignRunning) // requests an adapter load stalls
 		hold := 0.0
@@ -323,27 +337,32 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 			b := float64(batch)
 			decodeTok := float64(accDecodeTokens) + float64(foreignRunning)*k.outMean/2
 			step := h.DecodeStepSec + h.DecodeStepSecPerSeq*(b-1)
+			// The float choices of this block are selF, not ifs (see
+			// selF): each if was a jump through the block dispatch per
+			// replica on wasm.
 			perStep := k.chunk - b
-			if !(perStep >= 1) {
-				perStep = 1
-			}
-			// Prefill steps: one in the common case (the queued and new prompt
-			// tokens fit in one step's budget), decided without a division.
+			perStep = selF(!(perStep >= 1), perStep, 1)
+			// Prefill steps: one in the common case (the queued and new
+			// prompt tokens fit in one step's budget). On wasm the
+			// division is cheaper than the branch that avoids it (and
+			// math.Ceil is an instruction; its argument is > 1 when
+			// used); natively the division always done cost more than
+			// the branch (BenchmarkPickBase64 +15%).
+			x := qTok + uncached
 			steps := 1.0
-			if x := qTok + uncached; x > perStep {
+			if onWasm {
+				steps = selF(x > perStep, 1, math.Ceil(x/perStep))
+			} else if x > perStep {
 				steps = ceil(x / perStep)
 			}
 			w += step/2 + steps*b*h.DecodeStepSecPerSeq
-			if kvCap := float64(r.kvCapacity()); kvCap > 0 {
-				usage := r.KVUsage
-				if !(usage <= 1) { // NaN counts as full
-					usage = 1
-				} else if usage < 0 {
-					usage = 0
-				}
-				if usage*kvCap+float64(accUnseenTokens)+uncached > kvCap {
-					hold = step * decodeTok / b // one mean remaining output
-				}
+			kvCap := float64(r.kvCapacity())
+			usage := r.KVUsage
+			usage = selF(!(usage <= 1), usage, 1) // NaN counts as full
+			usage = selF(usage < 0, usage, 0)
+			kvFull := b2u(kvCap > 0) & b2u(usage*kvCap+float64(accUnseenTokens)+uncached > kvCap)
+			if kvFull != 0 {
+				hold = step * decodeTok / b // one mean remaining output
 			}
 			if r.MaxBatchSeqs > 0 {
 				if excess := qN + b + 1 - float64(r.MaxBatchSeqs); excess > 0 {
@@ -404,8 +423,8 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 			// next step boundary only if nothing foreign is queued ahead.
 			g.clearSeen, g.clearNanos = foreignWaiting == 0 && pw.QueuedN == 0 && hold == 0, nowNanos
 		}
-		if r.ScrapedNanos == 0 || nowNanos-r.ScrapedNanos > k.staleNanos {
-			c.Stale = true
+		c.Stale = r.ScrapedNanos == 0 || nowNanos-r.ScrapedNanos > k.staleNanos
+		if c.Stale {
 			d.Stale++
 			w += p.StalePenaltySec
 		}
@@ -526,7 +545,7 @@ type adapterTerms struct {
 func adapterPass(p *Params, req *Request, replicas []Replica, l *Ledger, nowNanos int64, terms []adapterTerms, hash uint64, ownBest, stream float64, waitForSlot bool) {
 	for i := range replicas {
 		r := &replicas[i]
-		if !r.Healthy || r.DrainAt(nowNanos) != Serving || i >= len(terms) {
+		if !r.Healthy || r.Drain != Serving || i >= len(terms) {
 			continue // not scored
 		}
 		t := &terms[i]
@@ -690,7 +709,7 @@ func adapterReloads(p *Params, replicas []Replica, l *Ledger, nowNanos int64) fl
 		}
 		r := &replicas[i]
 		l.reloadSec[i], l.ownSec[i] = 0, 0
-		if !r.Healthy || r.AdapterSlots == 0 || r.DrainAt(nowNanos) != Serving {
+		if !r.Healthy || r.AdapterSlots == 0 || r.Drain != Serving {
 			continue
 		}
 		others, own := reloadCost(p, r, l, i)
@@ -709,6 +728,32 @@ func adapterReloads(p *Params, replicas []Replica, l *Ledger, nowNanos int64) fl
 		return 0
 	}
 	return best
+}
+
+// onWasm selects code shapes that are faster under wazero than natively.
+const onWasm = runtime.GOARCH == "wasm"
+
+// selF returns b when cond holds, else a. The Go compiler turns an if
+// that chooses between two integers into wasm's select, but one that
+// chooses between two floats into a jump through the function's block
+// dispatch (a br_table at the top of every Go function on wasm), which
+// under wazero costs far more than the arithmetic around it; the bit
+// patterns make it the first kind. Both a and b are computed either way.
+func selF(cond bool, a, b float64) float64 {
+	x, y := math.Float64bits(a), math.Float64bits(b)
+	if cond {
+		x = y
+	}
+	return math.Float64frombits(x)
+}
+
+// b2u is 1 for true, 0 for false: a && b written b2u(a)&b2u(b) has no
+// branch on wasm.
+func b2u(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // ceil is math.Ceil for the non-negative step counts of waitSec, without
@@ -777,7 +822,7 @@ func meanArrivalRate(p *Params, replicas []Replica, l *Ledger, nowNanos int64) f
 	for i := range replicas {
 		r := &replicas[i]
 		total += r.PeerWork.ArrivalPerSec
-		if r.Healthy && r.DrainAt(nowNanos) == Serving {
+		if r.Healthy && r.Drain == Serving {
 			open++
 		}
 	}
