@@ -582,3 +582,21 @@ func TestPrefixShareGarbage(t *testing.T) {
 		})
 	}
 }
+
+// TestPrefixShareGarbageLoggedOnce: idle workers facing the same
+// unreadable shared index log it once each, not on every tick.
+func TestPrefixShareGarbageLoggedOnce(t *testing.T) {
+	f := newTestFleet(t, 2, 4, "")
+	f.advance(200 * time.Millisecond)
+	f.h.SetSharedData(testVMID, fleet.KeyPrefixShare, []byte("not a share"), 0)
+	f.advance(time.Second) // 10 ticks per worker, nothing dispatched
+	warned := 0
+	for _, e := range f.h.Logs() {
+		if strings.Contains(e.Message, "shared prefix index unreadable") {
+			warned++
+		}
+	}
+	if warned != 2 {
+		t.Errorf("2 idle workers logged the same unreadable index %d times over 10 ticks, want once each", warned)
+	}
+}

@@ -73,11 +73,13 @@ type root struct {
 	outbox    *fleet.Outbox
 	// shareGen and shareEnd say how much of the shared prefix index
 	// (fleet.PrefixShare) the local index holds: the base of generation
-	// shareGen and its tail up to byte shareEnd. shareAppend appends an
-	// outbox entry to scratch; shareScratch receives a tail entry's
-	// checkpoints.
+	// shareGen and its tail up to byte shareEnd; an idle worker skips a
+	// value it already found unreadable (shareBadCAS) instead of logging
+	// it every tick. shareAppend appends an outbox entry to scratch;
+	// shareScratch receives a tail entry's checkpoints.
 	shareGen     uint64
 	shareEnd     int
+	shareBadCAS  uint32 // CAS of the last value found unreadable (0: none)
 	shareAppend  func(replica int, checkpoints []uint64)
 	shareScratch []uint64
 	board        fleet.Board

@@ -362,8 +362,12 @@ func (r *root) mergePrefixes(now int64) {
 			cas, fresh = 0, true
 		case err != nil:
 			return
+		case cas == r.shareBadCAS:
+			fresh = true // still the value found unreadable: logged once
 		default:
-			fresh = !r.applyShare(v, &sh)
+			if fresh = !r.applyShare(v, &sh); fresh {
+				r.shareBadCAS = cas
+			}
 		}
 		if !pending {
 			return
