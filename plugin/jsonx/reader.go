@@ -307,15 +307,18 @@ func (r *Reader) Object() bool { return r.enter('{', 1, whatObject) }
 // WrongKind if the value is not an array.
 func (r *Reader) Array() bool { return r.enter('[', 0, whatArray) }
 
-func (r *Reader) enter(open byte, bit uint64, what string) bool {
+// opening returns the offset of the value due next when it starts with
+// open; otherwise it records why (end of input, a byte no value starts
+// with, a value of another kind, named what) and reports false.
+func (r *Reader) opening(open byte, what string) (int, bool) {
 	if r.bad() || r.state != stValue {
-		return false
+		return 0, false
 	}
 	d := r.data
 	i := skipSpace(d, r.pos)
 	if i >= len(d) {
 		r.eof()
-		return false
+		return 0, false
 	}
 	if d[i] != open {
 		if kindOf[d[i]] == None {
@@ -323,6 +326,14 @@ func (r *Reader) enter(open byte, bit uint64, what string) bool {
 		} else {
 			r.fail(WrongKind, i, what)
 		}
+		return 0, false
+	}
+	return i, true
+}
+
+func (r *Reader) enter(open byte, bit uint64, what string) bool {
+	i, ok := r.opening(open, what)
+	if !ok {
 		return false
 	}
 	if r.depth >= MaxDepth {

@@ -41,23 +41,11 @@ func (r *Reader) WriteString(w Writer, scratch []byte) error {
 // writeString is WriteString; short false skips the short-string path, so
 // that FuzzWriteString can hold that path to the decoding loop.
 func (r *Reader) writeString(w Writer, scratch []byte, short bool) error {
-	if r.bad() || r.state != stValue {
+	i, ok := r.opening('"', whatString)
+	if !ok {
 		return nil
 	}
 	d := r.data
-	i := skipSpace(d, r.pos)
-	if i >= len(d) {
-		r.eof()
-		return nil
-	}
-	if d[i] != '"' {
-		if kindOf[d[i]] == None {
-			r.failChar(i)
-		} else {
-			r.fail(WrongKind, i, whatString)
-		}
-		return nil
-	}
 	// A short string without escapes (a role, a name, a chat turn) is its
 	// own decoded text: written straight from the input, it skips the
 	// scratch set-up and the copy, which cost more than its scan under
@@ -367,74 +355,24 @@ func (r *Reader) writeTaped(w Writer, scratch []byte, direct, i, e, end int) err
 // on a syntax error what was appended is unspecified. A replay tape is not
 // consulted.
 func (r *Reader) AppendString(dst []byte) []byte {
-	if r.bad() || r.state != stValue {
+	i, ok := r.opening('"', whatString)
+	if !ok {
 		return dst
 	}
-	d := r.data
-	i := skipSpace(d, r.pos)
-	if i >= len(d) {
-		r.eof()
-		return dst
+	dst, k, st := appendDecoded(dst, r.data, i+1, true)
+	switch st {
+	case decQuote:
+		r.done(k + 1)
+	case decCut:
+		r.eof() // a cut run is kept whole, a cut escape is not
+	case decControl:
+		r.fail(BadSyntax, k, whatControl)
+	case decEscape:
+		r.fail(BadSyntax, k, whatEscape)
+	case decUEscape:
+		r.fail(BadSyntax, k, whatUEscape)
 	}
-	if d[i] != '"' {
-		if kindOf[d[i]] == None {
-			r.failChar(i)
-		} else {
-			r.fail(WrongKind, i, whatString)
-		}
-		return dst
-	}
-	i++
-	for {
-		if cap(dst)-len(dst) < decodeRoom+utf8.UTFMax {
-			// Room for decodeRun's window, or for the escape below.
-			dst = slices.Grow(dst, max(cap(dst), 2*decodeRoom))
-		}
-		full := dst[:cap(dst)]
-		var n int
-		i, n = decodeRun(d, i, full, len(dst))
-		dst = full[:n]
-		if n+decodeRoom > cap(dst) {
-			continue // out of room, not at a special byte
-		}
-		k := nextSpecial(d, i)
-		dst = append(dst, d[i:k]...)
-		if k >= len(d) {
-			r.eof() // a cut run is kept whole
-			return dst
-		}
-		switch c := d[k]; {
-		case c == '"':
-			r.done(k + 1)
-			return dst
-		case c != '\\':
-			r.fail(BadSyntax, k, whatControl)
-			return dst
-		case k+1 >= len(d):
-			r.eof() // a cut escape is not
-			return dst
-		}
-		if b := escapeByte[d[k+1]]; b != 0 {
-			dst = append(dst, b)
-			i = k + 2
-			continue
-		}
-		if d[k+1] != 'u' {
-			r.fail(BadSyntax, k, whatEscape)
-			return dst
-		}
-		u, adv, st := decodeU(d, k)
-		if st != uOK {
-			if st == uEOF || st == uEnd {
-				r.eof()
-			} else {
-				r.fail(BadSyntax, k, whatUEscape)
-			}
-			return dst
-		}
-		dst = utf8.AppendRune(dst, u)
-		i = k + adv
-	}
+	return dst
 }
 
 // DecodeString decodes the string contents starting at d[i], just after the
@@ -447,27 +385,60 @@ func (r *Reader) AppendString(dst []byte) []byte {
 // path reading a known shape by offsets, then declines and lets the Reader
 // read the value and report any error. It keeps no tape.
 func DecodeString(dst, d []byte, i int) ([]byte, int, bool) {
+	dst, k, st := appendDecoded(dst, d, i, false)
+	return dst, k, st == decQuote
+}
+
+// Where appendDecoded stopped: at the closing quote, at the end of the
+// input (inside a run or an escape), at a control byte, a bad escape or a
+// bad \u escape, or (not growing) out of room.
+const (
+	decQuote uint8 = iota
+	decCut
+	decControl
+	decEscape
+	decUEscape
+	decFull
+)
+
+// appendDecoded decodes string contents from d[i] into dst's spare
+// capacity, growing dst when grow is set and stopping with decFull when
+// not, and returns dst, the offset where it stopped and why: AppendString
+// and DecodeString, which differ only in what they do with those.
+func appendDecoded(dst, d []byte, i int, grow bool) ([]byte, int, uint8) {
 	for {
 		if cap(dst)-len(dst) < decodeRoom+utf8.UTFMax {
-			return dst, i, false
+			// Room for decodeRun's window, or for an escape.
+			if !grow {
+				return dst, i, decFull
+			}
+			dst = slices.Grow(dst, max(cap(dst), 2*decodeRoom))
 		}
 		full := dst[:cap(dst)]
 		var n int
 		i, n = decodeRun(d, i, full, len(dst))
 		dst = full[:n]
 		if n+decodeRoom > cap(dst) {
-			return dst, i, false
+			if !grow {
+				return dst, i, decFull
+			}
+			continue // out of room, not at a special byte
 		}
 		k := nextSpecial(d, i)
-		if len(dst)+(k-i)+utf8.UTFMax > cap(dst) || k >= len(d) {
-			return dst, i, false
+		if !grow && len(dst)+(k-i)+utf8.UTFMax > cap(dst) {
+			return dst, i, decFull
 		}
 		dst = append(dst, d[i:k]...)
+		if k >= len(d) {
+			return dst, k, decCut
+		}
 		switch c := d[k]; {
 		case c == '"':
-			return dst, k, true
-		case c != '\\' || k+1 >= len(d):
-			return dst, k, false
+			return dst, k, decQuote
+		case c != '\\':
+			return dst, k, decControl
+		case k+1 >= len(d):
+			return dst, k, decCut
 		}
 		if b := escapeByte[d[k+1]]; b != 0 {
 			dst = append(dst, b)
@@ -475,11 +446,14 @@ func DecodeString(dst, d []byte, i int) ([]byte, int, bool) {
 			continue
 		}
 		if d[k+1] != 'u' {
-			return dst, k, false
+			return dst, k, decEscape
 		}
 		u, adv, st := decodeU(d, k)
-		if st != uOK {
-			return dst, k, false
+		switch {
+		case st == uEOF || st == uEnd:
+			return dst, k, decCut
+		case st != uOK:
+			return dst, k, decUEscape
 		}
 		dst = utf8.AppendRune(dst, u)
 		i = k + adv
