@@ -132,28 +132,30 @@ func agentBody(n int) []byte {
 	return []byte(s.String())
 }
 
+// userMessages builds a chat body of n user messages with the same content.
+func userMessages(n int, content string) []byte {
+	var s strings.Builder
+	s.WriteString(`{"model":"m","messages":[`)
+	for i := range n {
+		if i > 0 {
+			s.WriteByte(',')
+		}
+		s.WriteString(`{"role":"user","content":"` + content + `"}`)
+	}
+	s.WriteString(`]}`)
+	return []byte(s.String())
+}
+
 // BenchmarkParseTextMessages is the per-message cost: ParseText into the
 // prefix hasher (as BenchmarkParseTextRouter) on 75 short messages, both
 // uniform ({"role":"user","content":"..."} only) and agent traffic
 // (agentBody: content arrays, tool calls, tool results).
 func BenchmarkParseTextMessages(b *testing.B) {
-	uniform := func(n int, content string) []byte {
-		var s strings.Builder
-		s.WriteString(`{"model":"m","messages":[`)
-		for i := range n {
-			if i > 0 {
-				s.WriteByte(',')
-			}
-			s.WriteString(`{"role":"user","content":"` + content + `"}`)
-		}
-		s.WriteString(`]}`)
-		return []byte(s.String())
-	}
 	for _, bc := range []struct {
 		name string
 		body []byte
 	}{
-		{name: "uniform75", body: uniform(75, strings.Repeat(`SELECT name FROM t WHERE id = 42;  `, 12))},
+		{name: "uniform75", body: userMessages(75, strings.Repeat(`SELECT name FROM t WHERE id = 42;  `, 12))},
 		{name: "agent75", body: agentBody(75)},
 	} {
 		b.Run(bc.name, func(b *testing.B) {

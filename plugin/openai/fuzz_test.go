@@ -255,18 +255,7 @@ func BenchmarkStreamCounter(b *testing.B) {
 // before the messages fast path (~1.3 µs per message, ~0.55 of it the
 // jsonx walk: Object, Member, Value), 33 µs and 13 µs with it.
 func BenchmarkParseTextShapes(b *testing.B) {
-	body := func(n int, content string) []byte {
-		var s strings.Builder
-		s.WriteString(`{"model":"m","messages":[`)
-		for i := range n {
-			if i > 0 {
-				s.WriteByte(',')
-			}
-			s.WriteString(`{"role":"user","content":"` + content + `"}`)
-		}
-		s.WriteString(`]}`)
-		return []byte(s.String())
-	}
+	body := userMessages
 	const line = `SELECT name FROM t WHERE id = 42;  `
 	for _, bc := range []struct {
 		name string

@@ -157,6 +157,17 @@ func (f *testFleet) route(w int, content string) string {
 	return dst
 }
 
+// logsWith counts the guest log lines of h that contain s.
+func logsWith(h *hostsim.Host, s string) int {
+	n := 0
+	for _, e := range h.Logs() {
+		if strings.Contains(e.Message, s) {
+			n++
+		}
+	}
+	return n
+}
+
 func (f *testFleet) metric(name string) int64 {
 	m, _ := f.h.Metric(name)
 	return m.Value
@@ -561,13 +572,7 @@ func TestPrefixShareGarbage(t *testing.T) {
 				t.Fatal("request not routed with an unreadable shared prefix index")
 			}
 			f.advance(300 * time.Millisecond)
-			warned := 0
-			for _, e := range f.h.Logs() {
-				if strings.Contains(e.Message, "shared prefix index unreadable") {
-					warned++
-				}
-			}
-			if warned == 0 {
+			if logsWith(f.h, "shared prefix index unreadable") == 0 {
 				t.Errorf("no worker logged the unreadable shared prefix index")
 			}
 			v, _, _ := f.h.SharedData(testVMID, fleet.KeyPrefixShare)
@@ -590,13 +595,7 @@ func TestPrefixShareGarbageLoggedOnce(t *testing.T) {
 	f.advance(200 * time.Millisecond)
 	f.h.SetSharedData(testVMID, fleet.KeyPrefixShare, []byte("not a share"), 0)
 	f.advance(time.Second) // 10 ticks per worker, nothing dispatched
-	warned := 0
-	for _, e := range f.h.Logs() {
-		if strings.Contains(e.Message, "shared prefix index unreadable") {
-			warned++
-		}
-	}
-	if warned != 2 {
+	if warned := logsWith(f.h, "shared prefix index unreadable"); warned != 2 {
 		t.Errorf("2 idle workers logged the same unreadable index %d times over 10 ticks, want once each", warned)
 	}
 }

@@ -246,13 +246,7 @@ func TestPeerFailures(t *testing.T) {
 			if n := a.metric(statPeerFailures); n < 5 {
 				t.Errorf("%s = %d after 1 s of failing asks at 100 ms ticks, want ≥ 5", statPeerFailures, n)
 			}
-			warnings := 0
-			for _, e := range a.h.Logs() {
-				if strings.Contains(e.Message, "peer b:") {
-					warnings++
-				}
-			}
-			if warnings != 1 {
+			if warnings := logsWith(a.h, "peer b:"); warnings != 1 {
 				t.Errorf("%d warnings about peer b, want 1 per failure episode", warnings)
 			}
 			status := func() string {
@@ -322,11 +316,7 @@ func TestPeerIsSelf(t *testing.T) {
 	if n := a.metric(statPeerImported); n != 0 {
 		t.Errorf("%s = %d with the gateway as its own peer, want 0", statPeerImported, n)
 	}
-	noted := false
-	for _, e := range a.h.Logs() {
-		noted = noted || strings.Contains(e.Message, "is this gateway")
-	}
-	if !noted {
+	if logsWith(a.h, "is this gateway") == 0 {
 		t.Error("no log line that the peer list names this gateway")
 	}
 	st, _ := askGateway(t, a, 0, [][2]string{{":method", "GET"}, {":path", "/status"}, {":authority", "a"}})
