@@ -192,13 +192,7 @@ func BenchmarkPick(b *testing.B) {
 	for _, n := range []int{8, 64, 256} {
 		b.Run(strconv.Itoa(n), func(b *testing.B) {
 			rs, cached, l, req := benchFleet(n)
-			p := DefaultParams()
-			var d Decision
-			Pick(&p, &req, rs, cached, l, 1e12, &d)
-			b.ReportAllocs()
-			for b.Loop() {
-				Pick(&p, &req, rs, cached, l, 1e12, &d)
-			}
+			benchPick(b, rs, cached, l, &req)
 		})
 	}
 }
@@ -208,11 +202,16 @@ func BenchmarkPick(b *testing.B) {
 func BenchmarkPickBase64(b *testing.B) {
 	rs, cached, l, req := benchFleet(64)
 	req.Adapter = ""
+	benchPick(b, rs, cached, l, &req)
+}
+
+// benchPick times Pick with default parameters, after one warm-up call.
+func benchPick(b *testing.B, rs []Replica, cached []int, l *Ledger, req *Request) {
 	p := DefaultParams()
 	var d Decision
-	Pick(&p, &req, rs, cached, l, 1e12, &d)
+	Pick(&p, req, rs, cached, l, 1e12, &d)
 	b.ReportAllocs()
 	for b.Loop() {
-		Pick(&p, &req, rs, cached, l, 1e12, &d)
+		Pick(&p, req, rs, cached, l, 1e12, &d)
 	}
 }
