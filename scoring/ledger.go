@@ -118,6 +118,17 @@ type Work struct {
 	// taken, so its reported counts miss them; UnseenTokens are their
 	// prompt tokens (KV not yet visible in KVUsage).
 	UnseenN, UnseenTokens int64
+	// RunFromNanos and RunUntilNanos are the window of the router's
+	// prefill group in progress on the replica (prefillGroups.window), on
+	// its clock; 0 when it has none or does not know when it started.
+	// Add leaves them alone: they describe one router, and AddAt turns
+	// them into DoneSec.
+	RunFromNanos, RunUntilNanos int64
+	// DoneSec is the part of the summed routers' queued prefill, in
+	// seconds, their groups in progress had done when AddAt added them:
+	// Pick subtracts it from W(r) as it does its own ledger's. Each reader
+	// evaluates the windows on its clock, so it is not exchanged.
+	DoneSec float64
 	// ArrivalPerSec is the rate of recent dispatches to the replica
 	// (Params.RateWindow); it prices the externality (Candidate.ExternalSec).
 	ArrivalPerSec float64
@@ -131,7 +142,26 @@ func (w *Work) Add(o *Work) {
 	w.DecodeTokens += o.DecodeTokens
 	w.UnseenN += o.UnseenN
 	w.UnseenTokens += o.UnseenTokens
+	w.DoneSec += o.DoneSec
 	w.ArrivalPerSec += o.ArrivalPerSec
+}
+
+// AddAt adds o to w, and o's window (another router's group in progress on
+// the same clock) evaluated at nowNanos to w.DoneSec.
+func (w *Work) AddAt(o *Work, nowNanos int64) {
+	w.Add(o)
+	w.DoneSec += doneIn(o.RunFromNanos, o.RunUntilNanos, nowNanos)
+}
+
+// doneIn is the seconds of queued prefill a group whose window is [from,
+// until) has done at nowNanos: the time since from while inside the window,
+// else none (before it, the prefill's remaining time still exceeds its
+// counted work; after it, the estimate failed).
+func doneIn(fromNanos, untilNanos, nowNanos int64) float64 {
+	if fromNanos <= 0 || nowNanos <= fromNanos || nowNanos >= untilNanos {
+		return 0
+	}
+	return float64(nowNanos-fromNanos) / 1e9
 }
 
 // repAcc aggregates the ledger's in-flight work per replica.
@@ -273,6 +303,48 @@ type prefillGroups struct {
 	obsSamples                  uint32
 }
 
+// window returns when the running group, priced with h, is expected to
+// have left of its prefill less than the work W(r) counts for it (from) and
+// to end with its first token (until); zeros when there is no running group
+// or its start is unknown (something foreign was queued ahead when it was
+// sent). Between the two, the time since from is prefill already done.
+//
+// The duration is the profile's prefill time of its prompts, attention's
+// quadratic part included (a 100k-token prompt spends more on attention
+// than on the linear part, and without it a long prefill would look nearly
+// done long before its end), or, where groups of this router were observed
+// to take longer here (co-batched foreign work, a slower engine than the
+// profile), that rate applied to this group. The work counted is its fixed
+// and linear parts, so done work is duration minus remaining time, never
+// more than the count. Once the duration has passed without a first token
+// the estimate failed, and the group counts in full again.
+func (g *prefillGroups) window(h *Hardware) (fromNanos, untilNanos int64) {
+	if g.runN <= 0 || g.runStartNanos <= 0 {
+		return 0, 0
+	}
+	full := float64(g.runN)*h.PrefillFixedSec + float64(g.runTokens)*h.PrefillSecPerToken
+	dur := full + g.runSq*h.PrefillSecPerToken2
+	if g.obsSamples > 0 {
+		est := g.obsN*h.PrefillFixedSec + g.obsTok*h.PrefillSecPerToken + g.obsSq*h.PrefillSecPerToken2
+		if est > 0 && g.obsSec > est {
+			dur *= g.obsSec / est
+		}
+	}
+	// Out-of-range durations (a corrupt profile) give no window rather
+	// than an overflowed one.
+	if !(dur > 0 && dur < 1e6 && full >= 0 && full <= dur) {
+		return 0, 0
+	}
+	untilNanos = g.runStartNanos + int64(dur*1e9)
+	return untilNanos - int64(full*1e9), untilNanos
+}
+
+// doneSec is the running group's prefill done by nowNanos (window).
+func (g *prefillGroups) doneSec(h *Hardware, nowNanos int64) float64 {
+	from, until := g.window(h)
+	return doneIn(from, until, nowNanos)
+}
+
 type adapterMem struct {
 	adapter uint64
 	replica int32
@@ -374,9 +446,10 @@ func (l *Ledger) InFlight() int {
 }
 
 // WorkOn returns the ledger's work on replica, with its unseen part counted
-// against a snapshot taken at snapNanos (the replica's ScrapedNanos) and its
-// dispatch rate as of nowNanos.
-func (l *Ledger) WorkOn(replica int, snapNanos, nowNanos int64) Work {
+// against a snapshot taken at snapNanos (the replica's ScrapedNanos), the
+// window of its prefill in progress priced with h (the replica's profile),
+// and its dispatch rate as of nowNanos.
+func (l *Ledger) WorkOn(replica int, h *Hardware, snapNanos, nowNanos int64) Work {
 	if l == nil || replica < 0 || replica >= len(l.reps) {
 		return Work{}
 	}
@@ -384,6 +457,7 @@ func (l *Ledger) WorkOn(replica int, snapNanos, nowNanos int64) Work {
 		l.sync(replica, snapNanos)
 	}
 	w := l.reps[replica].Work
+	w.RunFromNanos, w.RunUntilNanos = l.reps[replica].window(h)
 	w.ArrivalPerSec = l.RateOn(replica, nowNanos)
 	return w
 }

@@ -28,6 +28,7 @@ func checkLive(t *testing.T, l *Ledger, step string) {
 // requests in flight, and WorkOn's unseen work (computed from it) equals a
 // count over every slot.
 func TestLedgerLiveList(t *testing.T) {
+	hw := DefaultHardware()
 	const reps = 8
 	rng := rand.New(rand.NewPCG(1, 2))
 	l := NewLedger(DefaultParams(), reps, 64)
@@ -76,7 +77,7 @@ func TestLedgerLiveList(t *testing.T) {
 				wantTok += f.prefill
 			}
 		}
-		if w := l.WorkOn(r, snap, now); w.UnseenN != wantN || w.UnseenTokens != wantTok {
+		if w := l.WorkOn(r, &hw, snap, now); w.UnseenN != wantN || w.UnseenTokens != wantTok {
 			t.Fatalf("step %d: WorkOn(%d, %d).Unseen = %d requests, %d tokens, want %d, %d",
 				step, r, snap, w.UnseenN, w.UnseenTokens, wantN, wantTok)
 		}
@@ -100,6 +101,7 @@ func itoa(i int) string {
 // WorkOn for 64 replicas whose snapshot changed, on a ledger sized like
 // the plugin's (16384 slots) with 32 requests in flight.
 func BenchmarkLedgerWorkOnNewSnapshot64(b *testing.B) {
+	hw := DefaultHardware()
 	l := NewLedger(DefaultParams(), 64, 1<<14)
 	for i := range 32 {
 		req := Request{PromptTokens: 8000, MaxTokens: 256, Model: "m"}
@@ -110,7 +112,7 @@ func BenchmarkLedgerWorkOnNewSnapshot64(b *testing.B) {
 	for b.Loop() {
 		snap++
 		for r := range 64 {
-			l.WorkOn(r, snap, 1e12)
+			l.WorkOn(r, &hw, snap, 1e12)
 		}
 	}
 }

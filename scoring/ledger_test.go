@@ -157,3 +157,33 @@ func TestAdapterPlacementsMerge(t *testing.T) {
 		t.Errorf("placements past the host memory = %+v, want none (the earlier until was not kept)", pls)
 	}
 }
+
+// TestWorkAddAt: another router's prefill window counts as done work only
+// inside it, for the time since its start; counts add up, windows do not.
+func TestWorkAddAt(t *testing.T) {
+	peer := Work{QueuedN: 2, QueuedTokens: 3000, RunFromNanos: 10e9, RunUntilNanos: 11e9}
+	for _, tc := range []struct {
+		name    string
+		atNanos int64
+		want    float64
+	}{
+		{name: "before the window", atNanos: 9e9, want: 0},
+		{name: "at its start", atNanos: 10e9, want: 0},
+		{name: "inside", atNanos: 10.25e9, want: 0.25},
+		{name: "at its end: the estimate failed", atNanos: 11e9, want: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sum := Work{QueuedN: 1, DoneSec: 0.5}
+			sum.AddAt(&peer, tc.atNanos)
+			want := Work{QueuedN: 3, QueuedTokens: 3000, DoneSec: 0.5 + tc.want}
+			if sum != want {
+				t.Fatalf("AddAt(%s) = %+v, want %+v", tc.name, sum, want)
+			}
+		})
+	}
+	none := Work{QueuedN: 1}
+	var sum Work
+	if sum.AddAt(&none, 10.5e9); sum.DoneSec != 0 {
+		t.Fatalf("AddAt(no window).DoneSec = %v, want 0", sum.DoneSec)
+	}
+}

@@ -384,41 +384,24 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 				c.AdapterSec += step * decodeTok / b * float64(k.terms[i].releases)
 			}
 		}
-		if g != nil {
-			// Progress of the router's own prefill in flight here (see
-			// prefillGroups). Above it counts in full, however long ago
-			// it started, so every busy replica looked alike and the
-			// tie-break chose among them at random, where the one that
-			// frees first was wanted (bimodal: 172 of 1095 requests
-			// arrived with all four replicas busy). What is left is its
-			// duration minus the time since it started, never more than
-			// the count above. The duration is the profile's prefill time
-			// of its prompts, attention's quadratic part included (a
-			// 100k-token prompt spends more on attention than on the
-			// linear part, and without it a long prefill would look
-			// nearly done long before its end), or, where groups of this
-			// router were observed to take longer here (co-batched
-			// foreign work, a slower engine than the profile), that rate
-			// applied to this group. Once the duration has passed
-			// without a first token, the estimate failed and the group
-			// counts in full again.
-			// Only a group whose start is known (nothing foreign was
-			// queued ahead when it was sent) is credited, and not while a
-			// KV or batch-slot wait means admission may not have
-			// happened. Later prefills count in full: they wait for it.
-			if g.runN > 0 && g.runStartNanos > 0 && hold == 0 {
-				full := float64(g.runN)*h.PrefillFixedSec + float64(g.runTokens)*h.PrefillSecPerToken
-				dur := full + g.runSq*h.PrefillSecPerToken2
-				if g.obsSamples > 0 {
-					est := g.obsN*h.PrefillFixedSec + g.obsTok*h.PrefillSecPerToken + g.obsSq*h.PrefillSecPerToken2
-					if est > 0 && g.obsSec > est {
-						dur *= g.obsSec / est
-					}
-				}
-				if e := float64(nowNanos-g.runStartNanos) / 1e9; e >= 0 && e < dur && dur-e < full {
-					w -= full - (dur - e)
-				}
+		// Progress of the prefills in flight here, this router's and the
+		// other workers' (PeerWork.DoneSec): above they count in full,
+		// however long ago they started, so every busy replica looked
+		// alike and the tie-break chose among them at random, where the
+		// one that frees first was wanted (bimodal: 172 of 1095 requests
+		// arrived with all four replicas busy). What each has done is
+		// prefillGroups.window's estimate; nothing while a KV or
+		// batch-slot wait means admission may not have happened. Later
+		// prefills count in full: they wait for it.
+		// (The call only where a group is known to run: a call in this
+		// loop spills its live registers, see W above.)
+		if hold == 0 {
+			w -= pw.DoneSec
+			if g != nil && g.runStartNanos > 0 {
+				w -= g.doneSec(h, nowNanos)
 			}
+		}
+		if g != nil {
 			// Dispatch reads this: a request sent here now starts at the
 			// next step boundary only if nothing foreign is queued ahead.
 			g.clearSeen, g.clearNanos = foreignWaiting == 0 && pw.QueuedN == 0 && hold == 0, nowNanos

@@ -473,7 +473,7 @@ func TestPeerWork(t *testing.T) {
 		for r := range rs {
 			rs[r].PeerWork = Work{}
 			if share {
-				rs[r].PeerWork = a.WorkOn(r, rs[r].ScrapedNanos, now)
+				rs[r].PeerWork = a.WorkOn(r, &rs[r].Hardware, rs[r].ScrapedNanos, now)
 			}
 		}
 		Pick(&p, &req, rs, nil, b, now+1, &d)

@@ -99,27 +99,51 @@ func TestPrefillProgress(t *testing.T) {
 	}
 }
 
-// TestPickPrefersPrefillNearEnd: with every replica prefilling one of the
-// router's requests, the next one goes where the prefill started first
-// (it frees first), whichever replica that is; counting each prefill in
-// full made them tie, and the tie-break ignores load.
+// TestPickPrefersPrefillNearEnd: with every replica prefilling one request,
+// the next one goes where the prefill started first (it frees first),
+// whichever replica that is, and whichever router sent the prefills: this
+// one, or another worker whose Work reaches this one through AddAt, as
+// plugin/fleet's Board.Sum adds it. Counting each prefill in full made them
+// tie, and the tie-break ignores load; a peer's work added without its
+// window (Add) still does.
 func TestPickPrefersPrefillNearEnd(t *testing.T) {
-	for _, early := range []int{0, 1} {
-		p := DefaultParams()
-		now := 100 * sec
-		rs := fleet("h100", 2, now)
-		l := NewLedger(p, 2, 16)
-		var d Decision
-		req := Request{PromptTokens: 1000, Chain: []uint64{7}}
-		at := []int64{now, now + 100e6}
-		for k, i := range []int{early, 1 - early} {
-			Pick(&p, &req, rs, nil, l, at[k], &d)
-			l.Dispatch(i, &req, req.PromptTokens, at[k])
+	for _, sender := range []string{"self", "peer", "peer without window"} {
+		picks := map[int]int{}
+		for _, early := range []int{0, 1} {
+			p := DefaultParams()
+			now := 100 * sec
+			rs := fleet("h100", 2, now)
+			self, other := NewLedger(p, 2, 16), NewLedger(p, 2, 16)
+			l := self
+			if sender != "self" {
+				l = other
+			}
+			var d Decision
+			req := Request{PromptTokens: 1000, Chain: []uint64{7}}
+			at := []int64{now, now + 100e6}
+			for k, i := range []int{early, 1 - early} {
+				Pick(&p, &req, rs, nil, l, at[k], &d)
+				l.Dispatch(i, &req, req.PromptTokens, at[k])
+			}
+			decide := now + 150e6
+			for i := range rs {
+				w := other.WorkOn(i, &rs[i].Hardware, rs[i].ScrapedNanos, decide)
+				rs[i].PeerWork = Work{}
+				if sender == "peer without window" {
+					rs[i].PeerWork.Add(&w)
+				} else {
+					rs[i].PeerWork.AddAt(&w, decide)
+				}
+			}
+			Pick(&p, &req, rs, nil, self, decide, &d)
+			picks[early] = d.Index
+			if d.Index != early && sender != "peer without window" {
+				t.Fatalf("Pick(both busy by %s, replica %d started 100 ms earlier) = %d, want %d (W %v vs %v)",
+					sender, early, d.Index, early, waitOf(&d, early), waitOf(&d, 1-early))
+			}
 		}
-		Pick(&p, &req, rs, nil, l, now+150e6, &d)
-		if d.Index != early {
-			t.Fatalf("Pick(both busy, replica %d started 100 ms earlier) = %d, want %d (W %v vs %v)",
-				early, d.Index, early, waitOf(&d, early), waitOf(&d, 1-early))
+		if sender == "peer without window" && picks[0] != picks[1] {
+			t.Fatalf("Pick(both busy by a peer, no window) = %v: followed the earlier start without knowing it", picks)
 		}
 	}
 }

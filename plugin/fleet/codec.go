@@ -50,7 +50,7 @@ const (
 
 	// Version is the encoding version this build writes and reads for every
 	// record kind. An unknown version is ErrVersion, never a guess.
-	Version = 3
+	Version = 4
 )
 
 // Little-endian helpers, hand-rolled: encoding/binary imports reflect, which

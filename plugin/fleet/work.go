@@ -71,13 +71,14 @@ type WorkRecord struct {
 
 // WorkRecord encoding: "GRWK" version u8, worker u64, written i64,
 // configID u64, seq u32, patch u16 (0, or 1 + the patched entry < count), count u16, then
-// per replica six i64 in scoring.Work field order (QueuedN, QueuedTokens,
-// DecodeN, DecodeTokens, UnseenN, UnseenTokens), each >= 0, and
-// ArrivalPerSec as float64 bits (finite, >= 0).
+// per replica eight i64 in scoring.Work field order (QueuedN, QueuedTokens,
+// DecodeN, DecodeTokens, UnseenN, UnseenTokens, RunFromNanos,
+// RunUntilNanos), each >= 0, and ArrivalPerSec as float64 bits (finite,
+// >= 0). DoneSec is not carried: readers derive it from the window.
 const (
 	workSeqOff    = headerLen + 8 + 8 + 8
 	workHeaderLen = workSeqOff + 4 + 1 + 2*MaxPatches + 2
-	workEntryLen  = 7 * 8
+	workEntryLen  = 9 * 8
 )
 
 // EncodedLen returns the length of w's encoding.
@@ -142,6 +143,8 @@ func appendWork(b []byte, x *scoring.Work) []byte {
 	b = appendU64(b, uint64(x.DecodeTokens))
 	b = appendU64(b, uint64(x.UnseenN))
 	b = appendU64(b, uint64(x.UnseenTokens))
+	b = appendU64(b, uint64(x.RunFromNanos))
+	b = appendU64(b, uint64(x.RunUntilNanos))
 	return appendU64(b, math.Float64bits(x.ArrivalPerSec))
 }
 
@@ -154,7 +157,9 @@ func readWork(x *scoring.Work, e []byte) error {
 	x.QueuedN, x.QueuedTokens = int64(le64(e[0:8])), int64(le64(e[8:16]))
 	x.DecodeN, x.DecodeTokens = int64(le64(e[16:24])), int64(le64(e[24:32]))
 	x.UnseenN, x.UnseenTokens = int64(le64(e[32:40])), int64(le64(e[40:48]))
-	x.ArrivalPerSec = math.Float64frombits(le64(e[48:56]))
+	x.RunFromNanos, x.RunUntilNanos = int64(le64(e[48:56])), int64(le64(e[56:64]))
+	x.ArrivalPerSec = math.Float64frombits(le64(e[64:72]))
+	x.DoneSec = 0
 	return checkWork(x)
 }
 
@@ -187,7 +192,8 @@ func (w *WorkRecord) PutEntry(buf []byte, i int) bool {
 	}
 	e := buf[workHeaderLen+i*workEntryLen:]
 	for k, v := range [...]uint64{uint64(x.QueuedN), uint64(x.QueuedTokens), uint64(x.DecodeN),
-		uint64(x.DecodeTokens), uint64(x.UnseenN), uint64(x.UnseenTokens), math.Float64bits(x.ArrivalPerSec)} {
+		uint64(x.DecodeTokens), uint64(x.UnseenN), uint64(x.UnseenTokens), uint64(x.RunFromNanos),
+		uint64(x.RunUntilNanos), math.Float64bits(x.ArrivalPerSec)} {
 		putLE64(e[8*k:], v)
 	}
 	return true
@@ -200,7 +206,7 @@ func putLE64(b []byte, v uint64) {
 }
 
 func checkWork(x *scoring.Work) error {
-	for _, v := range [...]int64{x.QueuedN, x.QueuedTokens, x.DecodeN, x.DecodeTokens, x.UnseenN, x.UnseenTokens} {
+	for _, v := range [...]int64{x.QueuedN, x.QueuedTokens, x.DecodeN, x.DecodeTokens, x.UnseenN, x.UnseenTokens, x.RunFromNanos, x.RunUntilNanos} {
 		if v < 0 {
 			return fail(ErrInvalid, "work figure", v, "must be >= 0")
 		}
@@ -431,7 +437,9 @@ func (b *Board) Retain(workers []uint64) {
 // board's ConfigID, as many entries as out, and a WrittenNanos within
 // maxAgeNanos of nowNanos either way: a dead worker's last record must expire,
 // not count forever, and one stamped far in the future (a clock jump) is not
-// trusted either. It returns how many records it added.
+// trusted either. The workers of one Envoy share its clock, so each peer's
+// prefill window is evaluated at nowNanos into DoneSec (scoring.Work.AddAt).
+// It returns how many records it added.
 func (b *Board) Sum(me uint64, nowNanos, maxAgeNanos int64, out []scoring.Work) int {
 	added := 0
 	for i := range b.peers {
@@ -443,7 +451,7 @@ func (b *Board) Sum(me uint64, nowNanos, maxAgeNanos int64, out []scoring.Work) 
 			continue
 		}
 		for j := range out {
-			out[j].Add(&rec.Work[j])
+			out[j].AddAt(&rec.Work[j], nowNanos)
 		}
 		added++
 	}

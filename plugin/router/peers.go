@@ -152,7 +152,7 @@ func (r *root) gatewayWork(now int64, dst []scoring.Work) {
 		r.board.Sum(r.worker, now, r.peerWorkTTL(), dst)
 	}
 	for i := range dst {
-		w := r.ledger.WorkOn(i, r.replicas[i].ScrapedNanos, now)
+		w := r.ledger.WorkOn(i, &r.replicas[i].Hardware, r.replicas[i].ScrapedNanos, now)
 		dst[i].Add(&w)
 	}
 }

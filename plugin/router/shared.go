@@ -253,7 +253,6 @@ func (r *root) applySnapshot() {
 }
 
 // exchangeWork publishes this worker's in-flight work per replica and adds
-// exchangeWork publishes this worker's in-flight work per replica and adds
 // up the other workers' (each under its own key) into Replica.PeerWork. The
 // tick refreshes every replica's entry and the worker list; between ticks
 // the request path keeps both directions current (publishWorkOn after each
@@ -264,7 +263,7 @@ func (r *root) exchangeWork(now int64) {
 		return
 	}
 	for i := range r.replicas {
-		r.record.Work[i] = r.ledger.WorkOn(i, r.replicas[i].ScrapedNanos, now)
+		r.record.Work[i] = r.ledger.WorkOn(i, &r.replicas[i].Hardware, r.replicas[i].ScrapedNanos, now)
 	}
 	r.writeWork(now)
 	if v, _, err := proxy.GetSharedData(fleet.KeyRegistry); err == nil && r.registry.Decode(v) == nil {
@@ -279,7 +278,7 @@ func (r *root) publishWorkOn(replica int, now int64) {
 	if r.worker == 0 || len(r.registry.Workers) < 2 || replica < 0 || replica >= len(r.record.Work) {
 		return
 	}
-	r.record.Work[replica] = r.ledger.WorkOn(replica, r.replicas[replica].ScrapedNanos, now)
+	r.record.Work[replica] = r.ledger.WorkOn(replica, &r.replicas[replica].Hardware, r.replicas[replica].ScrapedNanos, now)
 	r.record.WrittenNanos = now
 	if r.record.PutEntry(r.workBuf, replica) {
 		_ = proxy.SetSharedData(r.workerKey, r.workBuf, 0)
