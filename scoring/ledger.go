@@ -124,18 +124,54 @@ type Work struct {
 	// Add leaves them alone: they describe one router, and AddAt turns
 	// them into DoneSec.
 	RunFromNanos, RunUntilNanos int64
+	// PendingN of the QueuedN requests were sent behind that group: they
+	// start when it ends.
+	PendingN int64
 	// DoneSec is the part of the summed routers' queued prefill, in
 	// seconds, their groups in progress had done when AddAt added them:
 	// Pick subtracts it from W(r) as it does its own ledger's. Each reader
 	// evaluates the windows on its clock, so it is not exchanged.
 	DoneSec float64
+	// ClearNanos is when the summed routers' queued prefills should all
+	// have ended, from their windows: a request sent before then starts
+	// behind them. 0 with none queued; ClearUnknown when one of them has
+	// requests queued outside a window (Add, a missing window, requests
+	// behind it, or its window past). Not exchanged either.
+	ClearNanos int64
 	// ArrivalPerSec is the rate of recent dispatches to the replica
 	// (Params.RateWindow); it prices the externality (Candidate.ExternalSec).
 	ArrivalPerSec float64
 }
 
-// Add adds o to w.
+// ClearUnknown is Work.ClearNanos when the start of a request sent behind
+// the work is unknown.
+const ClearUnknown = math.MaxInt64
+
+// Add adds o to w. o's queued requests, if any, have no usable window.
 func (w *Work) Add(o *Work) {
+	w.add(o)
+	if o.QueuedN > 0 {
+		w.ClearNanos = ClearUnknown
+	}
+}
+
+// AddAt adds o to w, o being another router's work on the same clock: its
+// window evaluated at nowNanos goes to w.DoneSec, and to w.ClearNanos when
+// its queued requests are all in the window's group.
+func (w *Work) AddAt(o *Work, nowNanos int64) {
+	w.add(o)
+	w.DoneSec += doneIn(o.RunFromNanos, o.RunUntilNanos, nowNanos)
+	if o.QueuedN > 0 {
+		clear := int64(ClearUnknown)
+		if o.PendingN == 0 && o.RunFromNanos > 0 && nowNanos < o.RunUntilNanos {
+			clear = o.RunUntilNanos
+		}
+		w.ClearNanos = max(w.ClearNanos, clear)
+	}
+}
+
+// add sums o's counts, rates and summed-only fields into w.
+func (w *Work) add(o *Work) {
 	w.QueuedN += o.QueuedN
 	w.QueuedTokens += o.QueuedTokens
 	w.DecodeN += o.DecodeN
@@ -143,14 +179,8 @@ func (w *Work) Add(o *Work) {
 	w.UnseenN += o.UnseenN
 	w.UnseenTokens += o.UnseenTokens
 	w.DoneSec += o.DoneSec
+	w.ClearNanos = max(w.ClearNanos, o.ClearNanos)
 	w.ArrivalPerSec += o.ArrivalPerSec
-}
-
-// AddAt adds o to w, and o's window (another router's group in progress on
-// the same clock) evaluated at nowNanos to w.DoneSec.
-func (w *Work) AddAt(o *Work, nowNanos int64) {
-	w.Add(o)
-	w.DoneSec += doneIn(o.RunFromNanos, o.RunUntilNanos, nowNanos)
 }
 
 // doneIn is the seconds of queued prefill a group whose window is [from,
@@ -295,8 +325,9 @@ type prefillGroups struct {
 	runN0, runTok0 int64   // the running group's size when it started (for learning)
 	runSq0         float64 // and its sum of squares
 	runStartNanos  int64   // when it started; 0: unknown (nothing is credited)
-	clearNanos     int64   // the last Pick that saw nothing foreign ahead here
-	clearSeen      bool    // clearNanos is set
+	// pickNanos is the last Pick's time and startNanos when it expected a
+	// request sent then to start here (0: unknown), for Dispatch.
+	pickNanos, startNanos int64
 	// EWMAs of the observed durations of completed groups and of their
 	// sizes (count, tokens, squares), and how many were observed.
 	obsSec, obsN, obsTok, obsSq float64
@@ -458,6 +489,7 @@ func (l *Ledger) WorkOn(replica int, h *Hardware, snapNanos, nowNanos int64) Wor
 	}
 	w := l.reps[replica].Work
 	w.RunFromNanos, w.RunUntilNanos = l.reps[replica].window(h)
+	w.PendingN = l.reps[replica].pendN
 	w.ArrivalPerSec = l.RateOn(replica, nowNanos)
 	return w
 }
@@ -562,17 +594,18 @@ func (l *Ledger) Dispatch(replica int, req *Request, uncachedTokens int, nowNano
 	g := &r.prefillGroups
 	if g.runN == 0 {
 		// Nothing of ours queued: the request starts at the next step
-		// boundary, unless the Pick that chose this replica saw foreign
-		// work queued ahead of it (then its start is unknown until the
-		// next first token here).
+		// boundary, or when the other workers' groups in progress end if
+		// theirs are the only prefills queued ahead, as the Pick that
+		// chose this replica saw; with other work ahead its start is
+		// unknown until the next first token here.
 		g.run++
 		f.group = g.run
 		sq := float64(f.prefill) * float64(f.prefill)
 		g.runN, g.runTokens, g.runSq = 1, f.prefill, sq
 		g.runN0, g.runTok0, g.runSq0 = 1, f.prefill, sq
 		g.runStartNanos = 0
-		if g.clearSeen && g.clearNanos == nowNanos {
-			g.runStartNanos = nowNanos
+		if g.pickNanos == nowNanos {
+			g.runStartNanos = g.startNanos
 		}
 	} else {
 		f.group = g.run + 1

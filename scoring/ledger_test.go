@@ -159,31 +159,48 @@ func TestAdapterPlacementsMerge(t *testing.T) {
 }
 
 // TestWorkAddAt: another router's prefill window counts as done work only
-// inside it, for the time since its start; counts add up, windows do not.
+// inside it, for the time since its start, and tells when its queue clears
+// only while every queued request of it is in the window's group; counts
+// add up, windows do not.
 func TestWorkAddAt(t *testing.T) {
 	peer := Work{QueuedN: 2, QueuedTokens: 3000, RunFromNanos: 10e9, RunUntilNanos: 11e9}
+	behind := peer
+	behind.PendingN = 1
 	for _, tc := range []struct {
-		name    string
-		atNanos int64
-		want    float64
+		name      string
+		peer      Work
+		atNanos   int64
+		wantDone  float64
+		wantClear int64
 	}{
-		{name: "before the window", atNanos: 9e9, want: 0},
-		{name: "at its start", atNanos: 10e9, want: 0},
-		{name: "inside", atNanos: 10.25e9, want: 0.25},
-		{name: "at its end: the estimate failed", atNanos: 11e9, want: 0},
+		{name: "before the window", peer: peer, atNanos: 9e9, wantDone: 0, wantClear: 11e9},
+		{name: "at its start", peer: peer, atNanos: 10e9, wantDone: 0, wantClear: 11e9},
+		{name: "inside", peer: peer, atNanos: 10.25e9, wantDone: 0.25, wantClear: 11e9},
+		{name: "at its end: the estimate failed", peer: peer, atNanos: 11e9, wantDone: 0, wantClear: ClearUnknown},
+		{name: "requests behind the group", peer: behind, atNanos: 10.25e9, wantDone: 0.25, wantClear: ClearUnknown},
+		{name: "no window", peer: Work{QueuedN: 1}, atNanos: 10.25e9, wantDone: 0, wantClear: ClearUnknown},
+		{name: "nothing queued", peer: Work{DecodeN: 1}, atNanos: 10.25e9, wantDone: 0, wantClear: 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sum := Work{QueuedN: 1, DoneSec: 0.5}
-			sum.AddAt(&peer, tc.atNanos)
-			want := Work{QueuedN: 3, QueuedTokens: 3000, DoneSec: 0.5 + tc.want}
+			sum := Work{DecodeN: 1, DoneSec: 0.5}
+			sum.AddAt(&tc.peer, tc.atNanos)
+			want := Work{QueuedN: tc.peer.QueuedN, QueuedTokens: tc.peer.QueuedTokens, DecodeN: 1 + tc.peer.DecodeN,
+				DoneSec: 0.5 + tc.wantDone, ClearNanos: tc.wantClear}
 			if sum != want {
 				t.Fatalf("AddAt(%s) = %+v, want %+v", tc.name, sum, want)
 			}
 		})
 	}
-	none := Work{QueuedN: 1}
+	// The latest clear wins; work added without a window makes it unknown.
 	var sum Work
-	if sum.AddAt(&none, 10.5e9); sum.DoneSec != 0 {
-		t.Fatalf("AddAt(no window).DoneSec = %v, want 0", sum.DoneSec)
+	later := Work{QueuedN: 1, RunFromNanos: 10e9, RunUntilNanos: 12e9}
+	sum.AddAt(&peer, 10.5e9)
+	sum.AddAt(&later, 10.5e9)
+	if sum.ClearNanos != 12e9 {
+		t.Fatalf("AddAt(two windows).ClearNanos = %d, want %d", sum.ClearNanos, int64(12e9))
+	}
+	sum.Add(&Work{QueuedN: 1})
+	if sum.ClearNanos != ClearUnknown {
+		t.Fatalf("Add(queued work).ClearNanos = %d, want ClearUnknown", sum.ClearNanos)
 	}
 }

@@ -147,3 +147,56 @@ func TestPickPrefersPrefillNearEnd(t *testing.T) {
 		}
 	}
 }
+
+// TestStartBehindPeerGroup: a request sent while another worker's prefill
+// group is in progress, and nothing else queued, starts when that group
+// ends (Work.ClearNanos), so its own progress is credited from then; sent
+// behind work without a window, its start stays unknown and it counts in
+// full.
+func TestStartBehindPeerGroup(t *testing.T) {
+	h := DefaultHardware()
+	full := h.PrefillFixedSec + 1000*h.PrefillSecPerToken
+	dur := full + 1000*1000*h.PrefillSecPerToken2
+	decoding := h.DecodeStepSec/2 + h.DecodeStepSecPerSeq // the peer's request, decoding by then
+	for _, tc := range []struct {
+		name   string
+		window bool
+		want   float64
+	}{
+		{name: "peer window known", window: true, want: dur - 0.05 + decoding},
+		{name: "no window", window: false, want: full + decoding},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := exactParams()
+			p.ExternalityWeight = 0
+			base := 100 * sec
+			rs := fleet("h100", 1, base)
+			self, other := NewLedger(p, 1, 16), NewLedger(p, 1, 16)
+			share := func(now int64) {
+				w := other.WorkOn(0, &rs[0].Hardware, rs[0].ScrapedNanos, now)
+				rs[0].PeerWork = Work{}
+				if tc.window {
+					rs[0].PeerWork.AddAt(&w, now)
+				} else {
+					rs[0].PeerWork.Add(&w)
+				}
+			}
+			var d Decision
+			req := Request{PromptTokens: 1000}
+			Pick(&p, &req, rs, nil, other, base, &d)
+			peerFlight := other.Dispatch(0, &req, 1000, base)
+			sent := base + 50e6
+			share(sent)
+			Pick(&p, &req, rs, nil, self, sent, &d)
+			self.Dispatch(0, &req, 1000, sent)
+			peerEnd := base + int64(dur*1e9)
+			other.FirstTokenAt(peerFlight, peerEnd)
+			at := peerEnd + 50e6
+			share(at)
+			Pick(&p, &Request{PromptTokens: 1000}, rs, nil, self, at, &d)
+			if got := waitOf(&d, 0); math.Abs(got-tc.want) > 1e-6 {
+				t.Fatalf("W(%s, 50 ms after the peer's group ended) = %v, want %v", tc.name, got, tc.want)
+			}
+		})
+	}
+}

@@ -274,7 +274,7 @@ func TestPeerExportDecodeErrors(t *testing.T) {
 		{name: "replica out of range", in: set(entry0, 2), want: ErrInvalid},
 		{name: "empty chain", in: set(entry0+2, 0, 0), want: ErrInvalid},
 		{name: "negative work", in: set(work0+8+7, 0x80), want: ErrInvalid},
-		{name: "NaN rate", in: set(work0+8*8, 0x01, 0, 0, 0, 0, 0, 0xf8, 0x7f), want: ErrInvalid},
+		{name: "NaN rate", in: set(work0+9*8, 0x01, 0, 0, 0, 0, 0, 0xf8, 0x7f), want: ErrInvalid},
 		{name: "version", in: set(4, Version+1), want: ErrVersion},
 		{name: "magic", in: set(0, 'g'), want: ErrMagic},
 	} {

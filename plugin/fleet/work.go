@@ -71,14 +71,15 @@ type WorkRecord struct {
 
 // WorkRecord encoding: "GRWK" version u8, worker u64, written i64,
 // configID u64, seq u32, patch u16 (0, or 1 + the patched entry < count), count u16, then
-// per replica eight i64 in scoring.Work field order (QueuedN, QueuedTokens,
+// per replica nine i64 in scoring.Work field order (QueuedN, QueuedTokens,
 // DecodeN, DecodeTokens, UnseenN, UnseenTokens, RunFromNanos,
-// RunUntilNanos), each >= 0, and ArrivalPerSec as float64 bits (finite,
-// >= 0). DoneSec is not carried: readers derive it from the window.
+// RunUntilNanos, PendingN), each >= 0, and ArrivalPerSec as float64 bits
+// (finite, >= 0). DoneSec and ClearNanos are not carried: readers derive
+// them from the window.
 const (
 	workSeqOff    = headerLen + 8 + 8 + 8
 	workHeaderLen = workSeqOff + 4 + 1 + 2*MaxPatches + 2
-	workEntryLen  = 9 * 8
+	workEntryLen  = 10 * 8
 )
 
 // EncodedLen returns the length of w's encoding.
@@ -145,6 +146,7 @@ func appendWork(b []byte, x *scoring.Work) []byte {
 	b = appendU64(b, uint64(x.UnseenTokens))
 	b = appendU64(b, uint64(x.RunFromNanos))
 	b = appendU64(b, uint64(x.RunUntilNanos))
+	b = appendU64(b, uint64(x.PendingN))
 	return appendU64(b, math.Float64bits(x.ArrivalPerSec))
 }
 
@@ -158,8 +160,9 @@ func readWork(x *scoring.Work, e []byte) error {
 	x.DecodeN, x.DecodeTokens = int64(le64(e[16:24])), int64(le64(e[24:32]))
 	x.UnseenN, x.UnseenTokens = int64(le64(e[32:40])), int64(le64(e[40:48]))
 	x.RunFromNanos, x.RunUntilNanos = int64(le64(e[48:56])), int64(le64(e[56:64]))
-	x.ArrivalPerSec = math.Float64frombits(le64(e[64:72]))
-	x.DoneSec = 0
+	x.PendingN = int64(le64(e[64:72]))
+	x.ArrivalPerSec = math.Float64frombits(le64(e[72:80]))
+	x.DoneSec, x.ClearNanos = 0, 0
 	return checkWork(x)
 }
 
@@ -193,7 +196,7 @@ func (w *WorkRecord) PutEntry(buf []byte, i int) bool {
 	e := buf[workHeaderLen+i*workEntryLen:]
 	for k, v := range [...]uint64{uint64(x.QueuedN), uint64(x.QueuedTokens), uint64(x.DecodeN),
 		uint64(x.DecodeTokens), uint64(x.UnseenN), uint64(x.UnseenTokens), uint64(x.RunFromNanos),
-		uint64(x.RunUntilNanos), math.Float64bits(x.ArrivalPerSec)} {
+		uint64(x.RunUntilNanos), uint64(x.PendingN), math.Float64bits(x.ArrivalPerSec)} {
 		putLE64(e[8*k:], v)
 	}
 	return true
@@ -206,7 +209,7 @@ func putLE64(b []byte, v uint64) {
 }
 
 func checkWork(x *scoring.Work) error {
-	for _, v := range [...]int64{x.QueuedN, x.QueuedTokens, x.DecodeN, x.DecodeTokens, x.UnseenN, x.UnseenTokens, x.RunFromNanos, x.RunUntilNanos} {
+	for _, v := range [...]int64{x.QueuedN, x.QueuedTokens, x.DecodeN, x.DecodeTokens, x.UnseenN, x.UnseenTokens, x.RunFromNanos, x.RunUntilNanos, x.PendingN} {
 		if v < 0 {
 			return fail(ErrInvalid, "work figure", v, "must be >= 0")
 		}

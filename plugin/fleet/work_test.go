@@ -13,7 +13,7 @@ func testRecord(worker uint64, written int64, cfg uint64, n int) *WorkRecord {
 	w := &WorkRecord{Worker: worker, WrittenNanos: written, ConfigID: cfg, Work: make([]scoring.Work, n)}
 	for i := range w.Work {
 		v := int64(i) + int64(worker)
-		w.Work[i] = scoring.Work{QueuedN: v, QueuedTokens: 100 * v, DecodeN: 2 * v, DecodeTokens: 200 * v, UnseenN: 1, UnseenTokens: 10, RunFromNanos: 1000 * v, RunUntilNanos: 3000 * v, ArrivalPerSec: 0.5 * float64(v)}
+		w.Work[i] = scoring.Work{QueuedN: v, QueuedTokens: 100 * v, DecodeN: 2 * v, DecodeTokens: 200 * v, UnseenN: 1, UnseenTokens: 10, RunFromNanos: 1000 * v, RunUntilNanos: 3000 * v, PendingN: v / 2, ArrivalPerSec: 0.5 * float64(v)}
 	}
 	return w
 }
@@ -56,8 +56,8 @@ func TestWorkRecordCodec(t *testing.T) {
 		{name: "count above max", in: set(workHeaderLen-2, 0xff, 0xff), want: ErrInvalid},
 		{name: "negative figure", in: set(workHeaderLen+7, 0x80), want: ErrInvalid},
 		{name: "negative window", in: set(workHeaderLen+6*8+7, 0x80), want: ErrInvalid},
-		{name: "NaN rate", in: set(workHeaderLen+8*8, 0x01, 0, 0, 0, 0, 0, 0xf8, 0x7f), want: ErrInvalid},
-		{name: "negative rate", in: set(workHeaderLen+8*8+7, 0xbf), want: ErrInvalid},
+		{name: "NaN rate", in: set(workHeaderLen+9*8, 0x01, 0, 0, 0, 0, 0, 0xf8, 0x7f), want: ErrInvalid},
+		{name: "negative rate", in: set(workHeaderLen+9*8+7, 0xbf), want: ErrInvalid},
 		{name: "version", in: set(4, Version+1), want: ErrVersion},
 		{name: "magic", in: set(0, 'g'), want: ErrMagic},
 	} {
@@ -87,7 +87,8 @@ func enc(t *testing.T, w *WorkRecord) []byte {
 func TestBoardSum(t *testing.T) {
 	const me, cfg, now, maxAge = 1, 42, 1_000_000, 1000
 	// Each record's prefill window has run 0.4 ms at now: Sum adds that as
-	// done work, not the window itself (it is one worker's).
+	// done work and its end as when the queue clears, not the window itself
+	// (it is one worker's).
 	one := scoring.Work{QueuedN: 1, QueuedTokens: 10, DecodeN: 1, DecodeTokens: 5,
 		RunFromNanos: now - 400_000, RunUntilNanos: now + 1}
 	mk := func(worker uint64, written int64, c uint64, n int) []byte {
@@ -123,6 +124,9 @@ func TestBoardSum(t *testing.T) {
 			}
 			for i := range out {
 				w := scoring.Work{DoneSec: float64(tc.want) * 400e-6}
+				if tc.want > 0 {
+					w.ClearNanos = now + 1 // the windows' end: every queued request is in one
+				}
 				for k := 0; k < tc.want; k++ {
 					w.QueuedN, w.QueuedTokens = w.QueuedN+1, w.QueuedTokens+10
 					w.DecodeN, w.DecodeTokens = w.DecodeN+1, w.DecodeTokens+5
