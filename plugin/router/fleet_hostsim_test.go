@@ -430,6 +430,51 @@ func TestWorkersSeeEachOthersDispatches(t *testing.T) {
 	}
 }
 
+// TestWorkersSharePrefillProgress: worker 0 starts a long prefill on one
+// replica, then another on the second 300 ms later; worker 1, which sent
+// neither, sees from worker 0's published windows that the first is further
+// along (its remaining wait lower by about the head start), and sends its
+// request there. Counted in full, the two replicas' waits were equal.
+func TestWorkersSharePrefillProgress(t *testing.T) {
+	f := newTestFleet(t, 2, 2, `,"decision_header":true`)
+	f.advance(time.Second) // scraped: both idle
+	long := func(tag string) string { return tag + strings.Repeat(" a long prompt of its own", 1300) }
+	sa, early := f.open(0, long("first"))
+	defer sa.Done()
+	f.advance(300 * time.Millisecond)
+	sb, late := f.open(0, long("second"))
+	defer sb.Done()
+	if early == late || early == "" || late == "" {
+		t.Fatalf("worker 0 sent its two long prompts to %q and %q, want one per replica", early, late)
+	}
+	f.advance(200 * time.Millisecond)
+	sc, got := f.open(1, "a short question")
+	defer sc.Done()
+	if _, err := sc.ResponseHeaders([][2]string{{":status", "200"}}, false); err != nil {
+		t.Fatal(err)
+	}
+	why := headerValue(sc.ResponseHeaderMap(), HeaderDecision)
+	wEarly, wLate := explainedWait(why, early), explainedWait(why, late)
+	if got != early || !(wLate-wEarly > 0.25) {
+		t.Fatalf("worker 1 sent its request to %s with W %s = %.3f s, %s = %.3f s (%q); want %s, ahead by about 0.3 s",
+			got, early, wEarly, late, wLate, why, early)
+	}
+}
+
+// explainedWait returns the w= figure for addr in an x-gpuroute-decision
+// value, or -1.
+func explainedWait(explain, addr string) float64 {
+	_, rest, ok := strings.Cut(explain, "; "+addr+" w=")
+	if !ok {
+		return -1
+	}
+	v, err := strconv.ParseFloat(strings.Fields(rest)[0], 64)
+	if err != nil {
+		return -1
+	}
+	return v
+}
+
 // TestWorkersShareAdapterPlacements: after a tick, a worker sends a LoRA
 // adapter where another worker already loaded it, rather than loading it on
 // a second replica.
