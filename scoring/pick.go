@@ -169,7 +169,7 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 	// the loop costs spills and reloads in every iteration.
 	var k struct {
 		n                                                   int
-		promptMean, outMean, chunk, lamBar, ownBest, stream float64
+		promptMean, outMean, chunk, load, ownBest, stream float64
 		staleNanos                                          int64
 		adapterHash                                         uint64
 		waitForSlot                                         bool
@@ -196,9 +196,9 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 	}
 	staleNanos := int64(p.StaleAfter)
 	chunk := float64(max(p.PrefillChunkTokens, 1))
-	lamBar := 0.0
+	load := 0.0
 	if p.ExternalityWeight > 0 {
-		lamBar = meanArrivalRate(p, replicas, l, nowNanos)
+		load = fleetLoad(p, replicas, l, nowNanos, promptMean)
 	}
 
 	ownBest, stream := 0.0, 1.0
@@ -206,7 +206,7 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		ownBest = adapterReloads(p, replicas, l, nowNanos)
 		stream += l.adapterStream(p.AdapterMemory.Seconds())
 	}
-	k.promptMean, k.outMean, k.chunk, k.lamBar, k.ownBest, k.stream = promptMean, outMean, chunk, lamBar, ownBest, stream
+	k.promptMean, k.outMean, k.chunk, k.load, k.ownBest, k.stream = promptMean, outMean, chunk, load, ownBest, stream
 	k.staleNanos, k.adapterHash = staleNanos, adapterHash
 	if req.Adapter != "" {
 		if cap(d.adapt) < len(replicas) {
@@ -430,10 +430,16 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		// them, so under load it spends fleet capacity on cold prefills and
 		// adapter loads that a warm replica would not need; with no recent
 		// arrivals the term vanishes and the pure rule decides. λ is the
-		// fleet's mean arrival rate per open replica, not r's own: per
-		// replica rates are each router's partial view, and replicas that
-		// are otherwise equal must stay tied so independent gateways agree
-		// on a new prefix's home.
+		// fleet's recent arrival rate shared among the open replicas in
+		// proportion to their prefill capacity (fleetLoad divided by r's
+		// prefill time of a mean prompt): what r receives when load
+		// follows capacity, the fleet mean per replica on one hardware
+		// class. Counting a slower replica's arrivals as a faster one's
+		// overpriced every placement there, so the rule crowded the fast
+		// GPUs (hetero, seeds 1-3: TTFT 9.5 s mean, 6.3 s with this). It is
+		// not r's own recent rate: per replica rates are each router's
+		// partial view, and replicas that are otherwise equal must stay
+		// tied so independent gateways agree on a new prefix's home.
 		// An adapter load also stalls the requests already on r: engines
 		// load LoRA weights inside the scheduler step (vLLM's LRU adapter
 		// manager activates them before the forward pass), so the whole
@@ -445,7 +451,10 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		// reload runs inside a step too, so it costs its own request and
 		// the ones on r then, counted as the ones on r now: (1 + N_r).
 		if p.ExternalityWeight > 0 {
-			ext := k.lamBar*c.TotalSec()*(c.AdapterSec+c.PrefillSec) + onReplica*c.AdapterSec
+			m := k.promptMean
+			meanP := h.PrefillFixedSec + h.PrefillSecPerToken*m + h.PrefillSecPerToken2*m*m
+			lam := selF(!(meanP > 0), k.load/meanP, 0) // a zero profile adds no capacity (fleetLoad)
+			ext := lam*c.TotalSec()*(c.AdapterSec+c.PrefillSec) + onReplica*c.AdapterSec
 			if k.terms != nil {
 				// Without an adapter there is no reload: the term is +0.
 				ext += k.terms[i].reloadSec * (1 + onReplica)
@@ -806,10 +815,15 @@ func (d *Decision) insertTop(c *Candidate) {
 	}
 }
 
-// meanArrivalRate returns the fleet's recent arrivals per second per open
-// replica: this router's dispatches plus the peers' (PeerWork).
-func meanArrivalRate(p *Params, replicas []Replica, l *Ledger, nowNanos int64) float64 {
-	total, open := 0.0, 0
+// fleetLoad returns the fleet's recent arrivals per second (this router's
+// dispatches plus the peers', PeerWork) over the open replicas' prefill
+// capacity, each replica's 1/P_r of a prompt of promptMean uncached tokens:
+// the fleet's prefill utilization. A replica's share of the arrivals in
+// proportion to its capacity is then fleetLoad/P_r. Replicas whose profile
+// prices a prefill at nothing add no capacity (a zero profile would make
+// the fleet look infinitely fast).
+func fleetLoad(p *Params, replicas []Replica, l *Ledger, nowNanos int64, promptMean float64) float64 {
+	total, capacity := 0.0, 0.0
 	if l != nil {
 		total = l.total.At(nowNanos, p.RateWindow.Seconds())
 	}
@@ -817,13 +831,15 @@ func meanArrivalRate(p *Params, replicas []Replica, l *Ledger, nowNanos int64) f
 		r := &replicas[i]
 		total += r.PeerWork.ArrivalPerSec
 		if r.Healthy && r.Drain == Serving {
-			open++
+			if sec := r.Hardware.PrefillSeconds(max(int(promptMean), 1)); sec > 0 {
+				capacity += 1 / sec
+			}
 		}
 	}
-	if open == 0 || !(total > 0) {
+	if !(capacity > 0) || !(total > 0) {
 		return 0
 	}
-	return total / float64(open)
+	return total / capacity
 }
 
 // adapterCost returns A(r, a), whether r can serve adapter at all, and how

@@ -1217,3 +1217,47 @@ func TestAdapterPlacementStream(t *testing.T) {
 		})
 	}
 }
+
+// TestExternalityByCapacity: the externality counts the fleet's arrivals
+// shared among the open replicas by prefill capacity (1/P of a mean
+// prompt): on one hardware class every replica gets the mean, on a mixed
+// fleet the faster GPU gets more and the slower one less, so a placement on
+// the slower one is not priced as if the faster one's traffic waited there.
+func TestExternalityByCapacity(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		hw   []string
+	}{
+		{name: "one class", hw: []string{"h100", "h100", "h100"}},
+		{name: "mixed", hw: []string{"h100", "a100", "l4"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := DefaultParams()
+			now := 100 * sec
+			rs := fleet("h100", len(tc.hw), now)
+			const arrivals = 6.0 // per second, fleet-wide, reported by peers
+			for i, name := range tc.hw {
+				rs[i].Hardware, _ = LookupHardware(name)
+				rs[i].PeerWork.ArrivalPerSec = arrivals / float64(len(rs))
+			}
+			m := p.DefaultPromptTokens
+			capacity := 0.0
+			for i := range rs {
+				capacity += 1 / rs[i].Hardware.PrefillSeconds(m)
+			}
+			var d Decision
+			Pick(&p, &Request{PromptTokens: 2000}, rs, nil, nil, now, &d)
+			for k := 0; k < d.NumTop; k++ {
+				c := &d.Top[k]
+				share := arrivals / capacity / rs[c.Index].Hardware.PrefillSeconds(m)
+				if tc.name == "one class" && math.Abs(share-arrivals/float64(len(rs))) > 1e-9 {
+					t.Fatalf("share of %s on one class = %v/s, want the mean %v/s", rs[c.Index].Hardware.Name, share, arrivals/float64(len(rs)))
+				}
+				want := share * c.TotalSec() * c.PrefillSec
+				if math.Abs(c.ExternalSec-want) > 1e-9*max(1, want) {
+					t.Fatalf("ExternalSec(%s) = %v, want %v (λ %v/s)", rs[c.Index].Hardware.Name, c.ExternalSec, want, share)
+				}
+			}
+		})
+	}
+}
