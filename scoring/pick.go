@@ -168,12 +168,12 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 	// fields is not split into registers): on wasm each value live across
 	// the loop costs spills and reloads in every iteration.
 	var k struct {
-		n                                                   int
+		n                                                 int
 		promptMean, outMean, chunk, load, ownBest, stream float64
-		staleNanos                                          int64
-		adapterHash                                         uint64
-		waitForSlot                                         bool
-		terms                                               []adapterTerms // nil: no adapter
+		staleNanos                                        int64
+		adapterHash                                       uint64
+		waitForSlot                                       bool
+		terms                                             []adapterTerms // nil: no adapter
 	}
 	k.waitForSlot = waitForSlot
 	n := max(req.PromptTokens, 1)
