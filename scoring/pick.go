@@ -392,11 +392,13 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		// arrived with all four replicas busy). What each has done is
 		// prefillGroups.window's estimate; nothing while a KV or
 		// batch-slot wait means admission may not have happened. Later
-		// prefills count in full: they wait for it.
+		// prefills count in full: they wait for it. The other workers
+		// price their windows with their own calibration of r, so their
+		// credit is capped at what W counts for their queued work here.
 		// (The call only where a group is known to run: a call in this
 		// loop spills its live registers, see W above.)
 		if hold == 0 {
-			w -= pw.DoneSec
+			w -= min(pw.DoneSec, float64(pw.QueuedN)*h.PrefillFixedSec+float64(pw.QueuedTokens)*h.PrefillSecPerToken)
 			if g != nil && g.runStartNanos > 0 {
 				w -= g.doneSec(h, nowNanos)
 			}

@@ -51,6 +51,25 @@ func FuzzPick(f *testing.F) {
 		}
 		p := DefaultParams()
 		l := NewLedger(p, 64, 16)
+		if len(rs) > 0 {
+			// Another worker, with its own (slower) calibration of the
+			// replicas, has a prefill in flight on one of them, started up
+			// to a second ago; its work reaches this one as Board.Sum adds it.
+			peer := NewLedger(p, 64, 16)
+			at := now - int64(prompt%1000)*1e6
+			var pd Decision
+			Pick(&p, &req, rs, cached, peer, at, &pd)
+			if pd.Index >= 0 {
+				peer.Dispatch(pd.Index, &req, int(prompt), at)
+			}
+			for i := range rs {
+				slow := rs[i].Hardware
+				slow.PrefillSecPerToken *= 1 + float64(prompt%4)
+				w := peer.WorkOn(i, &slow, rs[i].ScrapedNanos, now)
+				rs[i].PeerWork = Work{}
+				rs[i].PeerWork.AddAt(&w, now)
+			}
+		}
 		var d1, d2 Decision
 		Pick(&p, &req, rs, cached, l, now, &d1)
 		Pick(&p, &req, rs, cached, l, now, &d2)
