@@ -56,6 +56,7 @@ func TestCalibrates(t *testing.T) {
 		{name: "expected wait above a tenth of the prefill", c: scoring.Candidate{WaitSec: 0.03, PrefillSec: 0.2}},
 		{name: "adapter loaded from host memory", c: scoring.Candidate{AdapterSec: 0.015, PrefillSec: 0.2}},
 		{name: "adapter loaded from storage", c: scoring.Candidate{AdapterSec: 1.5, PrefillSec: 0.2}},
+		{name: "part of the prompt cached there", c: scoring.Candidate{CachedTokens: 992, PrefillSec: 0.2}},
 	}
 	for _, tt := range tests {
 		rep := scoring.Replica{WaitingRequests: tt.waiting}

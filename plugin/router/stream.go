@@ -374,9 +374,18 @@ func (r *root) writeDestination(d *scoring.Decision) error {
 // prefill, loads made a replica that had loaded adapters from storage look
 // 10× slower than the others (lora seed 5: 2.9 s of expected prefill
 // against 0.25 s), and requests left the replicas where their adapter was
-// resident.
+// resident. And only when the router found none of the prompt cached
+// there: an engine may hold more of a prompt than this router saw sent
+// (vLLM caches the blocks it generates, which a conversation's next turn
+// quotes), so a warm request's uncached count is an overestimate and its
+// prefill looks fast. Learned, that made identical H100s 2.7× faster or 2×
+// slower than their profile in each worker's calibration (multi-turn, 8
+// workers: a 6,944-token cold prefill priced at 0.44 s, "faster
+// hardware", taking 1.18 s), and the rule sent cold work to the replica
+// that looked fast.
 func calibrates(rep *scoring.Replica, c *scoring.Candidate) bool {
-	return rep.WaitingRequests == 0 && c.AdapterSec == 0 && c.WaitSec < calibrationMaxWaitShare*c.PrefillSec
+	return rep.WaitingRequests == 0 && c.AdapterSec == 0 && c.CachedTokens == 0 &&
+		c.WaitSec < calibrationMaxWaitShare*c.PrefillSec
 }
 
 // calibrationMaxWaitShare bounds the expected wait, as a share of the
