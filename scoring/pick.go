@@ -398,7 +398,9 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		// (The call only where a group is known to run: a call in this
 		// loop spills its live registers, see W above.)
 		if hold == 0 {
-			w -= min(pw.DoneSec, float64(pw.QueuedN)*h.PrefillFixedSec+float64(pw.QueuedTokens)*h.PrefillSecPerToken)
+			// selF, not min: the builtin on floats is a runtime call on wasm.
+			peerQueued := float64(pw.QueuedN)*h.PrefillFixedSec + float64(pw.QueuedTokens)*h.PrefillSecPerToken
+			w -= selF(pw.DoneSec > peerQueued, pw.DoneSec, peerQueued)
 			if g != nil && g.runStartNanos > 0 {
 				w -= g.doneSec(h, nowNanos)
 			}
