@@ -1043,7 +1043,7 @@ func TestReloadCostByRates(t *testing.T) {
 	}
 }
 
-// TestCheMisses checks Che's approximation on cases with closed forms.
+// TestCheSolveMisses checks Che's approximation on cases with closed forms.
 func TestCheSolveMisses(t *testing.T) {
 	tests := []struct {
 		name  string
@@ -1070,7 +1070,7 @@ func TestCheSolveMisses(t *testing.T) {
 	}
 }
 
-// TestCheSplitOwn checks the extra item's own miss rate on cases with
+// TestCheSolveOwn checks the extra item's own miss rate on cases with
 // closed forms.
 func TestCheSolveOwn(t *testing.T) {
 	tests := []struct {
