@@ -225,17 +225,7 @@ func BenchmarkParseChat32K(b *testing.B) {
 }
 
 // BenchmarkParseTextChat32K is BenchmarkParseChat32K in one pass.
-func BenchmarkParseTextChat32K(b *testing.B) {
-	body := chatBody(32 << 10)
-	var p Parser
-	var req Request
-	var w countWriter
-	b.ReportAllocs()
-	b.SetBytes(int64(len(body)))
-	for b.Loop() {
-		p.ParseText(Chat, body, false, &w, &req)
-	}
-}
+func BenchmarkParseTextChat32K(b *testing.B) { benchParseTextCounted(b, chatBody(32<<10)) }
 
 func BenchmarkStreamCounter(b *testing.B) {
 	stream := []byte(vllmChatStream)
