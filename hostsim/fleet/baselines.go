@@ -143,23 +143,46 @@ func (t *textChain) chain(req *Request, blockChars int) []uint64 {
 
 // ---- round-robin ----
 
-// roundRobin cycles through open, healthy replicas (Envoy's ROUND_ROBIN with
-// equal weights).
+// roundRobin is Envoy's ROUND_ROBIN with equal weights as it runs: every
+// worker thread has its own load balancer that does not coordinate with the
+// others (envoyproxy.io FAQ "Why doesn't RR load balancing appear to be
+// even?"), each starting at a random host (EdfLoadBalancerBase advances its
+// scheduler seed_ % hosts picks on refresh). With one worker it is a single
+// global rotation.
 type roundRobin struct {
-	l    local
-	next int
+	l       local
+	workers int
+	seed    int64
+	conns   *connections
+	next    []int // per worker: the host its rotation picks next
 }
 
-func (p *roundRobin) Name() string          { return "round-robin" }
-func (p *roundRobin) Start(f *Fleet) error  { p.l.start(f, 0); p.next = 0; return nil }
+func newRoundRobin(o PolicyOptions) *roundRobin {
+	return &roundRobin{workers: max(o.Workers, 1) * max(o.Gateways, 1), seed: o.Seed}
+}
+
+func (p *roundRobin) Name() string { return "round-robin" }
+func (p *roundRobin) Start(f *Fleet) error {
+	p.workers = max(p.workers, 1)
+	p.l.start(f, p.seed)
+	p.conns = newConnections(p.workers, p.seed)
+	p.next = make([]int, p.workers)
+	if p.workers > 1 {
+		for w := range p.next {
+			p.next[w] = p.l.rng.IntN(f.Len())
+		}
+	}
+	return nil
+}
 func (p *roundRobin) Advance(time.Duration) {}
 func (p *roundRobin) Observe(ev *Event)     {}
-func (p *roundRobin) Pick(_ time.Duration, _ *Request, _ int) Decision {
+func (p *roundRobin) Pick(_ time.Duration, req *Request, _ int) Decision {
+	w := p.conns.worker(req.ID)
 	n := p.l.f.Len()
 	for k := 0; k < n; k++ {
-		i := (p.next + k) % n
+		i := (p.next[w] + k) % n
 		if p.l.eligible(i) {
-			p.next = i + 1
+			p.next[w] = i + 1
 			return Route(i)
 		}
 	}

@@ -58,8 +58,9 @@ type GPURouteOptions struct {
 // GPURoute routes by running the built plugin module (build/gpuroute.wasm)
 // in hostsim, the artifact that ships: Gateways hosts (one Envoy each, with
 // its own shared data and metrics clusters) of Workers VMs each, on the
-// fleet's virtual clock. Requests go round robin over all gateway workers,
-// as Envoy's connection balancing spreads them; each is an OpenAI
+// fleet's virtual clock. Each request lands on a gateway worker at random,
+// as client connections spread over Envoy's workers (the same worker the
+// round-robin baseline's request gets); each is an OpenAI
 // /v1/completions stream whose response the policy replays from the
 // request's life events, so the plugin learns TTFT and output lengths at the
 // virtual times they happen. Replica metrics are served from the simulated
@@ -79,7 +80,7 @@ type GPURoute struct {
 	states   []replicaState
 	adapters map[string]string // adapter -> base model, as configured
 	tickMs   int64
-	next     int // round-robin position over vms
+	conns    *connections
 	flights  []gpFlight
 	body     []byte
 	tokens   []byte
@@ -98,7 +99,6 @@ type replicaState struct {
 
 // gpFlight is one request's stream in the plugin.
 type gpFlight struct {
-	vm       int // -1: not yet assigned
 	s        *hostsim.Stream
 	replica  int
 	streamed int
@@ -167,7 +167,7 @@ func (p *GPURoute) Start(f *Fleet) error {
 		}
 	}
 	p.tickMs = max(int64(f.ScrapeInterval()/time.Millisecond), 1)
-	p.next = 0
+	p.conns = newConnections(p.o.Gateways*p.o.Workers, p.o.Seed)
 	p.flights = p.flights[:0]
 	p.picks, p.pickWall = 0, 0
 	ctx := context.Background()
@@ -411,7 +411,7 @@ func (p *GPURoute) Advance(now time.Duration) {
 
 func (p *GPURoute) flight(id int) *gpFlight {
 	for id >= len(p.flights) {
-		p.flights = append(p.flights, gpFlight{vm: -1, replica: -1})
+		p.flights = append(p.flights, gpFlight{replica: -1})
 	}
 	return &p.flights[id]
 }
@@ -434,12 +434,7 @@ func (p *GPURoute) Pick(now time.Duration, req *Request, attempt int) Decision {
 	if fl.s != nil {
 		p.end(fl)
 	}
-	if fl.vm < 0 {
-		// A retry stays on the client's connection, hence its worker.
-		fl.vm = p.next
-		p.next = (p.next + 1) % len(p.vms)
-	}
-	s, err := p.roots[fl.vm].NewStream()
+	s, err := p.roots[p.conns.worker(req.ID)].NewStream()
 	if err != nil {
 		p.fail("new stream", err)
 	}
@@ -469,7 +464,7 @@ func (p *GPURoute) Pick(now time.Duration, req *Request, attempt int) Decision {
 	if !ok {
 		p.fail("request body", errors.New(headerDestination+" = "+strconv.Quote(dest)+" names no replica"))
 	}
-	*fl = gpFlight{vm: fl.vm, s: s, replica: i}
+	*fl = gpFlight{s: s, replica: i}
 	return Route(i)
 }
 

@@ -163,7 +163,7 @@ var BaselineNames = []string{"round-robin", "least-request", "least-tokens", "al
 	"llm-d", "sglang", "dynamo", "oracle"}
 
 func init() {
-	Register("round-robin", func(o PolicyOptions) (Policy, error) { return &roundRobin{}, nil })
+	Register("round-robin", func(o PolicyOptions) (Policy, error) { return newRoundRobin(o), nil })
 	Register("least-request", func(o PolicyOptions) (Policy, error) { return &leastRequest{}, nil })
 	Register("least-tokens", func(o PolicyOptions) (Policy, error) { return &leastTokens{}, nil })
 	Register("always-warm", func(o PolicyOptions) (Policy, error) { return newAlwaysWarm(o), nil })
