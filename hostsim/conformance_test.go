@@ -75,8 +75,14 @@ func TestSharedDataCAS(t *testing.T) {
 	// Values are copied: mutating a returned value does not change the store.
 	v, _, _ := h.SharedData("vmid", "k")
 	v[0] = 'X'
-	if v2, _, _ := h.SharedData("vmid", "k"); string(v2) != "v3" {
+	v2, _, _ := h.SharedData("vmid", "k")
+	if string(v2) != "v3" {
 		t.Errorf("store changed through a returned copy: %q", v2)
+	}
+	// An update reuses the entry's buffer; a value read before it stays.
+	h.SetSharedData("vmid", "k", []byte("v4"), 0)
+	if string(v2) != "v3" {
+		t.Errorf("value read before an update = %q after it, want %q", v2, "v3")
 	}
 }
 
@@ -197,6 +203,20 @@ func TestBuffers(t *testing.T) {
 	}
 	if got := string(s.ResponseBodyForwarded()); got != "AB23456!" {
 		t.Errorf("response body after edits = %q, want %q", got, "AB23456!")
+	}
+	// Done hands the body buffers to the next stream: it sees only its own.
+	if err := s.Done(); err != nil {
+		t.Fatal(err)
+	}
+	s2 := stream(t, r, nil)
+	s2.RequestBody([]byte("hi"), true)
+	if got := results(h, "request_body", "getbuf"); got[len(got)-1] != "0 hi" {
+		t.Errorf("next stream's request body = %q, want %q", got[len(got)-1], "0 hi")
+	}
+	// The same edits on "9": its first two bytes become "AB", "!" appended.
+	s2.ResponseBody([]byte("9"), true)
+	if got := string(s2.ResponseBodyForwarded()); got != "AB!" {
+		t.Errorf("next stream's forwarded response = %q, want %q", got, "AB!")
 	}
 }
 

@@ -166,10 +166,11 @@ var envFuncs = []hostFunc{
 		if !ok {
 			return StatusInvalidMemoryAccess
 		}
-		v, cas, st := vm.host.getShared(vm.id, string(k))
+		v, cas, st := vm.host.getShared(vm.id, string(k), vm.scratch[:0])
 		if st != StatusOK {
 			return st
 		}
+		vm.scratch = v
 		if st := vm.copyOut(v, u32(s, 2), u32(s, 3)); st != StatusOK {
 			return st
 		}

@@ -331,14 +331,16 @@ func (h *Host) nextCASLocked() uint32 {
 	return h.casSeq
 }
 
-func (h *Host) getShared(vmID, key string) ([]byte, uint32, Status) {
+// getShared appends the value stored under key for vmID to dst, under the
+// lock: setShared reuses an entry's buffer, so no reader may keep it.
+func (h *Host) getShared(vmID, key string, dst []byte) ([]byte, uint32, Status) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	e, ok := h.shared[vmID][key]
 	if !ok {
-		return nil, 0, StatusNotFound
+		return dst, 0, StatusNotFound
 	}
-	return e.value, e.cas, StatusOK
+	return append(dst, e.value...), e.cas, StatusOK
 }
 
 func (h *Host) setShared(vmID, key string, value []byte, cas uint32) Status {
@@ -358,7 +360,10 @@ func (h *Host) setShared(vmID, key string, value []byte, cas uint32) Status {
 	if cas != 0 && cas != e.cas {
 		return StatusCASMismatch
 	}
-	e.value = append([]byte(nil), value...)
+	// In place: Envoy's shared data replaces the value under its lock, and
+	// a fresh copy per update was most of what a routed request allocated
+	// in the host.
+	e.value = append(e.value[:0], value...)
 	e.cas = h.nextCASLocked()
 	return StatusOK
 }
@@ -366,8 +371,8 @@ func (h *Host) setShared(vmID, key string, value []byte, cas uint32) Status {
 // SharedData returns a copy of the value and its CAS stored under key for
 // vmID, and whether it exists.
 func (h *Host) SharedData(vmID, key string) ([]byte, uint32, bool) {
-	v, cas, st := h.getShared(vmID, key)
-	return append([]byte(nil), v...), cas, st == StatusOK
+	v, cas, st := h.getShared(vmID, key, nil)
+	return v, cas, st == StatusOK
 }
 
 // SetSharedData stores a value as a guest's proxy_set_shared_data would and

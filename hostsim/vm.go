@@ -133,7 +133,8 @@ type VM struct {
 	stack        [8]uint64
 	allocStack   [1]uint64
 	scratch      []byte
-	stderr       []byte // head of what the running callback wrote to stderr
+	bodies       [][]byte // body buffers of ended streams, for the next ones
+	stderr       []byte   // head of what the running callback wrote to stderr
 }
 
 type callResponse struct {
