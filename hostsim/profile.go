@@ -48,6 +48,9 @@ type GuestFuncStats struct {
 	// Time is the inclusive wall time of the outer calls (a recursive
 	// call's time is inside its outer call's, so it is not counted twice).
 	Time time.Duration
+	// Max is the longest outer call: a function whose mean is small and
+	// Max large is where a latency tail comes from.
+	Max time.Duration
 }
 
 // probeFunc is one instrumented function's counters and, per VM, the
@@ -116,7 +119,7 @@ func (p *GuestProbe) Reset() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, f := range p.funcs {
-		f.Calls, f.OuterCalls, f.Time = 0, 0, 0
+		f.Calls, f.OuterCalls, f.Time, f.Max = 0, 0, 0, 0
 	}
 	if p.callers != nil {
 		clear(p.callers)
@@ -244,8 +247,10 @@ func (l probeListener) end(mod api.Module) {
 	}
 	o.depth--
 	if o.depth == 0 {
+		d := now.Sub(o.since)
 		f.OuterCalls++
-		f.Time += now.Sub(o.since)
+		f.Time += d
+		f.Max = max(f.Max, d)
 	}
 }
 

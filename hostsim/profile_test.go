@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tetratelabs/wazero/api"
 )
@@ -47,6 +48,9 @@ func TestGuestProbeCounts(t *testing.T) {
 				got[s.Name] = s.Calls
 				if s.OuterCalls != s.Calls || s.Time <= 0 {
 					t.Errorf("Stats()[%q] = %+v, want OuterCalls = Calls and Time > 0", s.Name, s)
+				}
+				if s.Max > s.Time || s.Max*time.Duration(s.OuterCalls) < s.Time {
+					t.Errorf("Stats()[%q] = %+v, want Time/OuterCalls <= Max <= Time", s.Name, s)
 				}
 			}
 			for name, calls := range tc.want {

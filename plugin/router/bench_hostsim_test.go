@@ -459,7 +459,7 @@ func BenchmarkGuestProfile(b *testing.B) {
 	// the probe's own cost (of the order of a microsecond a call) in them.
 	all := probe.Stats()
 	for _, st := range all[:min(len(all), 40)] {
-		b.Logf("%9.2f µs/request %8d calls %9.2f µs/call  %s", micros(st.Time)/float64(b.N),
-			st.OuterCalls, micros(st.Time)/float64(st.OuterCalls), st.Name)
+		b.Logf("%9.2f µs/request %8d calls %9.2f µs/call %9.2f µs max  %s", micros(st.Time)/float64(b.N),
+			st.OuterCalls, micros(st.Time)/float64(st.OuterCalls), micros(st.Max), st.Name)
 	}
 }
