@@ -616,6 +616,9 @@ func TestWaitModel(t *testing.T) {
 		{name: "free kv, no batch limit", kvUsage: 0.5, want: base},
 		{name: "batch below limit", kvUsage: 0.5, maxBatch: 256, want: base},
 		{name: "full kv", kvUsage: 0.999, want: base + kvWait},
+		// 360k used + 2k prompt fit in 400k, but not with the batch's 50k
+		// tokens still to generate: the engine would preempt this request.
+		{name: "kv outgrown by the batch", kvUsage: 0.9, want: base + kvWait},
 		{name: "full batch", kvUsage: 0.5, maxBatch: 91, want: base + batchWait},
 		{name: "full kv and batch", kvUsage: 0.999, maxBatch: 91, want: base + max(kvWait, batchWait)},
 	}
@@ -639,18 +642,33 @@ func TestWaitModel(t *testing.T) {
 // prefix over an idle cold one: its decodes only slow the prefill's steps
 // (milliseconds), while the cold replica must prefill 6,000 more tokens.
 // Counting the batch's 100,000 remaining tokens as queued work (6 s on an
-// H100) would send the request away and lose the hit.
+// H100) would send the request away and lose the hit. Unless they will not
+// fit: with the KV cache 80% full, the batch's remaining tokens overflow it
+// and the engine would preempt the newest request, so the cold one wins.
 func TestWarmBatchKeepsAffinity(t *testing.T) {
-	now := 10 * sec
-	p := DefaultParams()
-	rs := fleet("h100", 2, now)
-	rs[0].RunningRequests = 100
-	rs[0].PeerWork = Work{DecodeN: 100, DecodeTokens: 100 * 1000}
-	rs[0].KVUsage = 0.6
-	var d Decision
-	Pick(&p, &Request{PromptTokens: 7200}, rs, []int{6000, 0}, nil, now, &d)
-	if d.Index != 0 || d.Reason != ReasonPrefixAffinity {
-		t.Fatalf("Pick(warm busy, cold idle) = %d (%v), want 0 (prefix-affinity)", d.Index, d.Reason)
+	tests := []struct {
+		name    string
+		kvUsage float64
+		want    int
+		reason  Reason
+	}{
+		{name: "room for the batch to finish", kvUsage: 0.6, want: 0, reason: ReasonPrefixAffinity},
+		{name: "batch outgrows the cache", kvUsage: 0.8, want: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			now := 10 * sec
+			p := DefaultParams()
+			rs := fleet("h100", 2, now)
+			rs[0].RunningRequests = 100
+			rs[0].PeerWork = Work{DecodeN: 100, DecodeTokens: 100 * 1000}
+			rs[0].KVUsage = tt.kvUsage
+			var d Decision
+			Pick(&p, &Request{PromptTokens: 7200, MaxTokens: 1000}, rs, []int{6000, 0}, nil, now, &d)
+			if d.Index != tt.want || (tt.want == 0 && d.Reason != tt.reason) {
+				t.Fatalf("Pick(warm busy at kv %v, cold idle) = %d (%v), want %d", tt.kvUsage, d.Index, d.Reason, tt.want)
+			}
+		})
 	}
 }
 
