@@ -410,10 +410,6 @@ func (x *PrefixIndex) rebuild() {
 	}
 }
 
-func (x *PrefixIndex) has(chain []uint64, pos int, rep uint16) bool {
-	return x.find(uint32(chain[pos]>>32), rep) >= 0
-}
-
 // Lookup writes to out[i] the tokens of chain believed cached on replica i
 // (the longest held prefix, in blocks × BlockChars / CharsPerToken), for
 // every i < len(out). It does not change the index (recency moves only on
@@ -433,11 +429,15 @@ func (x *PrefixIndex) Lookup(chain []uint64, out []int) {
 		}
 		rep := uint16(r + 1)
 		// Binary search the largest checkpoint held (chains are
-		// prefix-closed: holding checkpoint j implies the earlier ones).
+		// prefix-closed: holding checkpoint j implies the earlier ones),
+		// testing the first checkpoint first: a prefix lives on a few
+		// replicas of a fleet, and on each of the others this ends the
+		// search in one probe instead of log2(checkpoints), for one more
+		// on a holder (BenchmarkIndexLookup512x64, 8 of 64 replicas
+		// holding part of the chain: 19.1 -> 9.3 µs under wazero).
 		lo, hi := 0, nck // answer in [lo, hi] checkpoints held
-		for lo < hi {
-			mid := (lo + hi + 1) / 2
-			if x.has(chain, mid*s-1, rep) {
+		for mid := 1; lo < hi; mid = (lo + hi + 1) / 2 {
+			if x.find(uint32(chain[mid*s-1]>>32), rep) >= 0 {
 				lo = mid
 			} else {
 				hi = mid - 1
@@ -447,7 +447,7 @@ func (x *PrefixIndex) Lookup(chain []uint64, out []int) {
 		// A recorded chain's last block is a checkpoint too: look for one
 		// between this checkpoint and the next.
 		for pos := min(blocks+s-1, n) - 1; pos >= blocks; pos-- {
-			if x.has(chain, pos, rep) {
+			if x.find(uint32(chain[pos]>>32), rep) >= 0 {
 				blocks = pos + 1
 				break
 			}

@@ -60,6 +60,48 @@ func TestPrefixIndexLookup(t *testing.T) {
 	}
 }
 
+// TestLookupMatchesScan holds Lookup's search to a plain scan: checkpoints
+// held from the first on, then the recorded tip before the next one, on
+// random families of chains recorded on random replicas (no eviction, so
+// every replica's chains are prefix-closed).
+func TestLookupMatchesScan(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	for round := range 200 {
+		const replicas = 8
+		x := NewPrefixIndex(IndexConfig{BlockChars: 64, Stride: 4, MaxReplicas: replicas, MaxEntries: 1 << 16})
+		var chains [][]uint64
+		for range 1 + rng.IntN(12) {
+			n := 1 + rng.IntN(60)
+			c := chainN(uint64(rng.IntN(3)), uint64(rng.IntN(4)), n, rng.IntN(n+1))
+			chains = append(chains, c)
+			x.Record(rng.IntN(replicas), c)
+		}
+		q := chains[rng.IntN(len(chains))]
+		if rng.IntN(2) == 0 {
+			q = chainN(uint64(rng.IntN(3)), 99, 1+rng.IntN(60), rng.IntN(40))
+		}
+		out := make([]int, replicas)
+		x.Lookup(q, out)
+		for r := range replicas {
+			rep := uint16(r + 1)
+			held := func(pos int) bool { return x.find(uint32(q[pos]>>32), rep) >= 0 }
+			blocks := 0
+			for blocks+4 <= len(q) && held(blocks+3) {
+				blocks += 4
+			}
+			for pos := min(blocks+3, len(q)) - 1; pos >= blocks; pos-- {
+				if held(pos) {
+					blocks = pos + 1
+					break
+				}
+			}
+			if want := blocks * 64 / CharsPerToken; out[r] != want {
+				t.Fatalf("round %d: Lookup(%d blocks)[%d] = %d, want %d (scan)", round, len(q), r, out[r], want)
+			}
+		}
+	}
+}
+
 func TestPrefixIndexBounds(t *testing.T) {
 	x := NewPrefixIndex(IndexConfig{BlockChars: 64, Stride: 4, MaxEntries: 256, MaxReplicas: 4})
 	// Replica 1 holds 16k tokens: 1000 blocks of 16 tokens, 250 checkpoints.
