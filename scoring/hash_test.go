@@ -226,7 +226,9 @@ func TestPrefixHasherGolden(t *testing.T) {
 	h.Init(64, 0)
 	h.Reset("meta-llama/Llama-3.1-8B-Instruct", "")
 	h.WriteString(strings.Repeat("abcdefghij", 20))
-	want := []uint64{0xdef95d2ffb399150, 0x76a79b610d21b1ac, 0xa2ce911ebc304eee}
+	// Changed deliberately when blocks were hashed independently of the
+	// chain (raw_i = fmix(raw_{i-1} ^ blockHash(block_i))).
+	want := []uint64{0xdc577bf67a6c91c5, 0xf37c182b94a3daf2, 0x667c11a383d46dad}
 	got := h.Chain()
 	for i := range want {
 		if i >= len(got) || got[i] != want[i] {
@@ -235,23 +237,24 @@ func TestPrefixHasherGolden(t *testing.T) {
 	}
 }
 
-// TestPrefixHasherBlocks: the chain is hashBytes chained over the blocks
-// and keyed with the seed, for the default block size (hashed by a
-// straight-line copy of hashBytes) and another.
+// TestPrefixHasherBlocks: the chain is blockHash combined with fmix over
+// the blocks and keyed with the seed, for the default block size (hashed by
+// a straight-line copy of blockHash) and sizes through the generic path,
+// including ones that are not multiples of 8 or 32.
 func TestPrefixHasherBlocks(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	text := make([]byte, 4000)
+	text := make([]byte, 9000)
 	for j := range text {
 		text[j] = byte(rng.Uint32())
 	}
-	for _, bc := range []int{64, 48} {
+	for _, bc := range []int{64, 48, 8, 13, 100, 4096} {
 		var h PrefixHasher
 		h.Init(bc, 0)
 		h.Reset("m", "a")
 		h.Write(text)
 		prev := fmix(uint64(bc) * mixK0)
 		for i, got := range h.Chain() {
-			prev = hashBytes(prev, text[i*bc:(i+1)*bc])
+			prev = fmix(prev ^ blockHash(text[i*bc:(i+1)*bc]))
 			if want := fmix(prev ^ h.Seed()); got != want {
 				t.Fatalf("Chain()[%d] with %d-byte blocks = %#x, want %#x", i, bc, got, want)
 			}
