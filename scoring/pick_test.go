@@ -608,17 +608,25 @@ func TestWaitModel(t *testing.T) {
 	// 2·500/100 steps.
 	batchWait := step * 10 * 2 * remaining / batch
 	tests := []struct {
-		name     string
-		kvUsage  float64
-		maxBatch int
-		want     float64
+		name      string
+		kvUsage   float64
+		maxBatch  int
+		maxTokens int // the request's max_tokens (0: the default output estimate, 256)
+		want      float64
 	}{
 		{name: "free kv, no batch limit", kvUsage: 0.5, want: base},
 		{name: "batch below limit", kvUsage: 0.5, maxBatch: 256, want: base},
 		{name: "full kv", kvUsage: 0.999, want: base + kvWait},
-		// 360k used + 2k prompt fit in 400k, but not with the batch's 50k
-		// tokens still to generate: the engine would preempt this request.
-		{name: "kv outgrown by the batch", kvUsage: 0.9, want: base + kvWait},
+		// 380k used + 2k prompt fit in 400k, but not with the 100 × 256
+		// tokens the batch generates while this request generates its
+		// 256: the engine would preempt it.
+		{name: "kv outgrown while it runs", kvUsage: 0.95, want: base + kvWait},
+		// A 10-token answer ends before the batch grows by 1k tokens.
+		{name: "short answer fits", kvUsage: 0.95, maxTokens: 10, want: base},
+		// At 352k used, 256 more tokens a sequence fit; a 1,000-token
+		// answer outlives the batch's 500 remaining each, and 50k do not.
+		{name: "default answer fits", kvUsage: 0.88, want: base},
+		{name: "long answer", kvUsage: 0.88, maxTokens: 1000, want: base + kvWait},
 		{name: "full batch", kvUsage: 0.5, maxBatch: 91, want: base + batchWait},
 		{name: "full kv and batch", kvUsage: 0.999, maxBatch: 91, want: base + max(kvWait, batchWait)},
 	}
@@ -629,7 +637,7 @@ func TestWaitModel(t *testing.T) {
 			rs[0].KVUsage, rs[0].MaxBatchSeqs, rs[0].RunningRequests = tt.kvUsage, tt.maxBatch, batch
 			rs[0].PeerWork = Work{DecodeN: batch, DecodeTokens: batch * remaining}
 			var d Decision
-			Pick(&p, &Request{PromptTokens: n}, rs, nil, nil, now, &d)
+			Pick(&p, &Request{PromptTokens: n, MaxTokens: tt.maxTokens}, rs, nil, nil, now, &d)
 			if got := waitOf(&d, 0); math.Abs(got-tt.want) > 1e-9 {
 				t.Fatalf("W(kv %v, max batch %d) = %v, want %v", tt.kvUsage, tt.maxBatch, got, tt.want)
 			}

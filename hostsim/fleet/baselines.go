@@ -507,8 +507,11 @@ func (p *oracle) Pick(now time.Duration, req *Request, _ int) Decision {
 	for i := range p.reps {
 		p.fill(i, req, nowNanos)
 	}
+	// Its own true output as max_tokens: Pick's estimate of how long the
+	// request runs (the KV it needs while the batch grows) is then exact,
+	// as the batch's remaining outputs are.
 	sreq := scoring.Request{PromptTokens: req.PromptTokens, Chain: req.Chain(), Model: req.Model,
-		Adapter: req.Adapter, MaxTokens: req.MaxTokens, Stream: req.Stream}
+		Adapter: req.Adapter, MaxTokens: req.output, Stream: req.Stream}
 	scoring.Pick(&p.params, &sreq, p.reps, p.cached, p.ledger, nowNanos, &p.d)
 	if p.d.Index < 0 && p.d.NoAdapterSlot > 0 {
 		// No open replica can take the adapter now: queue it where the
