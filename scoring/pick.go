@@ -325,8 +325,8 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		//     preemption): this one, which then waits and prefills again.
 		//     Counting only the prompt let a replica that looked fast now
 		//     take work it had to preempt later (hetero, seeds 1-10: TTFT
-		//     6.52 s mean, 24.9 s p99, 4,022 preemptions; with the
-		//     generation counted 3.56 s, 15.5 s and 1,768; the other
+		//     6.43 s mean, 26.5 s p99, 3,859 preemptions; with the
+		//     generation counted 3.66 s, 17.4 s and 1,811; the other
 		//     workloads unchanged). Only this request's lifetime matters:
 		//     over its expected output each running sequence grows by at
 		//     most that much, so a short request beside long generations is

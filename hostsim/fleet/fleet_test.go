@@ -45,8 +45,9 @@ func TestDeterminism(t *testing.T) {
 
 func TestKVEvictionAtCapacity(t *testing.T) {
 	// 64 blocks = 1,024 tokens of KV. Three 480-token prompts (30 blocks +
-	// 1 private each) run one after another: the third must evict the
-	// first's cached blocks, then the first prompt again misses.
+	// 1 private each) run one after another: the third must evict 27 of
+	// the first's 30 cached blocks, tail first as vLLM frees them, so the
+	// first prompt again finds only its first 3 blocks (48 tokens).
 	a := []Segment{{Seed: 1, Tokens: 480}}
 	b := []Segment{{Seed: 2, Tokens: 480}}
 	c := []Segment{{Seed: 3, Tokens: 480}}
@@ -55,7 +56,7 @@ func TestKVEvictionAtCapacity(t *testing.T) {
 		NewRequest(1, 1*time.Second, DefaultModel, "", a, 1, 1), // warm hit
 		NewRequest(2, 2*time.Second, DefaultModel, "", b, 1, 1),
 		NewRequest(3, 3*time.Second, DefaultModel, "", c, 1, 1), // evicts a
-		NewRequest(4, 4*time.Second, DefaultModel, "", a, 1, 1), // miss
+		NewRequest(4, 4*time.Second, DefaultModel, "", a, 1, 1), // head only
 	}
 	w := &Workload{Name: "kv", Requests: reqs}
 	w.finish()
@@ -64,12 +65,39 @@ func TestKVEvictionAtCapacity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []int{0, 464, 0, 0, 0}
+	want := []int{0, 464, 0, 0, 48}
 	if !reflect.DeepEqual(rec.cached, want) {
 		t.Errorf("cached tokens per request = %v, want %v", rec.cached, want)
 	}
 	if res.KVEvictions == 0 {
 		t.Errorf("KVEvictions = 0, want > 0 at capacity")
+	}
+}
+
+// TestAnswersTakeKV: an answer's full blocks stay cached, as vLLM keeps
+// them. On 64 blocks, a 480-token prompt with a 480-token answer leaves 60
+// cached blocks; the next 480-token prompt needs 31 and evicts 27, all from
+// the first request's answer (its tail), so that prompt still hits in full.
+func TestAnswersTakeKV(t *testing.T) {
+	a := []Segment{{Seed: 1, Tokens: 480}}
+	b := []Segment{{Seed: 2, Tokens: 480}}
+	reqs := []*Request{
+		NewRequest(0, 0, DefaultModel, "", a, 480, 480),
+		NewRequest(1, 100*time.Second, DefaultModel, "", b, 1, 1),
+		NewRequest(2, 200*time.Second, DefaultModel, "", a, 1, 1),
+	}
+	w := &Workload{Name: "answers", Requests: reqs}
+	w.finish()
+	rec := &cacheRecorder{}
+	res, err := Run(Config{Replicas: []ReplicaConfig{{KVBlocks: 64, MaxLoras: -1}}}, w, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.KVEvictions != 27 {
+		t.Errorf("KVEvictions = %d, want 27 (b's 31 blocks beside a's 30 prompt and 30 answer blocks)", res.KVEvictions)
+	}
+	if want := []int{0, 0, 464}; !reflect.DeepEqual(rec.cached, want) {
+		t.Errorf("cached tokens per request = %v, want %v", rec.cached, want)
 	}
 }
 

@@ -448,10 +448,13 @@ func (r *Replica) admitKV(s *seq) bool {
 	return true
 }
 
-// release frees s's KV blocks and adapter reference.
+// release frees s's KV blocks and adapter reference. Blocks go back last
+// first, as vLLM V1 frees them (single_type_kv_cache_manager.py, free: "in
+// reverse order so that the tail blocks are evicted first"): a chain's
+// head, which other prompts share, outlives its tail and an answer.
 func (r *Replica) release(now time.Duration, s *seq) {
-	for _, i := range s.pinned {
-		r.kv.unpin(i)
+	for k := len(s.pinned) - 1; k >= 0; k-- {
+		r.kv.unpin(s.pinned[k])
 	}
 	s.pinned = s.pinned[:0]
 	r.kv.private -= s.private
@@ -465,12 +468,18 @@ func (r *Replica) release(now time.Duration, s *seq) {
 	}
 }
 
-// finish completes s: generated text of a multi-turn request stays cached as
-// hashed blocks (vLLM caches full blocks of generated tokens too), so the
-// next turn, which quotes it, hits.
+// finish completes s. Its generated text stays cached as hashed blocks, as
+// vLLM caches every full block of a request, generated tokens included: a
+// multi-turn request's next turn quotes it and hits; any other request's
+// answer is text of its own (a seed from its ID) that only takes KV space
+// and ages out through the LRU like everything else released.
 func (r *Replica) finish(now time.Duration, s *seq) {
-	if s.req.outSeed != 0 && s.private > 0 {
-		segs := append(append([]Segment(nil), s.req.segs...), Segment{Seed: s.req.outSeed, Tokens: s.gen})
+	if s.private > 0 {
+		genSeed := s.req.outSeed
+		if genSeed == 0 {
+			genSeed = uint64(s.req.ID+1)*0x9e3779b97f4a7c15 | 1<<63
+		}
+		segs := append(append([]Segment(nil), s.req.segs...), Segment{Seed: genSeed, Tokens: s.gen})
 		ext := appendChain(nil, s.req.key, segs, s.req.PromptTokens+s.gen)
 		for _, hsh := range ext[len(s.req.chain):] {
 			if s.private == 0 {

@@ -46,7 +46,7 @@ type Request struct {
 	Session int
 
 	segs    []Segment
-	outSeed uint64   // seed of the generated text (multi-turn prompts quote it); 0: not modelled
+	outSeed uint64   // seed of the generated text (multi-turn prompts quote it); 0: a seed from ID
 	output  int      // true output length: hidden from policies but the oracle
 	chain   []uint64 // KV block hashes of the prompt's full blocks
 	key     uint64   // model/adapter seed of the chain
