@@ -1,6 +1,7 @@
 package scoring
 
 import (
+	"bytes"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -263,4 +264,40 @@ func TestPrefixHasherBlocks(t *testing.T) {
 			t.Fatalf("len(Chain()) = %d, want %d", len(h.Chain()), len(text)/bc)
 		}
 	}
+}
+
+// FuzzPrefixHasher: for any text, block size, chain bound and two cut
+// points, writing the text in three pieces (bytes and string) gives the
+// chain and token count of one write, never more than the bound's entries,
+// and never panics.
+func FuzzPrefixHasher(f *testing.F) {
+	f.Add([]byte("You are a helpful assistant.\nAnswer briefly."), uint16(8), uint16(0), uint16(5), uint16(17))
+	f.Add(bytes.Repeat([]byte("abcdefgh"), 40), uint16(64), uint16(3), uint16(63), uint16(64))
+	f.Add([]byte{0xff, 0, '"', '\\', 0x80}, uint16(13), uint16(1), uint16(0), uint16(4))
+	f.Fuzz(func(t *testing.T, text []byte, blockChars, maxBlocks, cut1, cut2 uint16) {
+		bc, mb := int(blockChars), int(maxBlocks)
+		var whole, parts PrefixHasher
+		whole.Init(bc, mb)
+		parts.Init(bc, mb)
+		whole.Reset("m", "a")
+		whole.Write(text)
+		a := min(int(cut1), len(text))
+		b := min(max(int(cut2), a), len(text))
+		parts.ResetDeferred()
+		parts.Write(text[:a])
+		parts.WriteString(string(text[a:b]))
+		parts.Write(text[b:])
+		parts.SetSeed("m", "a")
+		if !equalChains(whole.Chain(), parts.Chain()) || whole.Tokens() != parts.Tokens() {
+			t.Fatalf("chain of %d bytes in blocks of %d cut at %d, %d: %d entries, %d tokens; one write %d, %d",
+				len(text), whole.BlockChars(), a, b, len(parts.Chain()), parts.Tokens(), len(whole.Chain()), whole.Tokens())
+		}
+		limit := mb
+		if limit <= 0 {
+			limit = DefaultMaxBlocks
+		}
+		if want := min(len(text)/whole.BlockChars(), limit); len(whole.Chain()) != want {
+			t.Fatalf("chain of %d bytes in blocks of %d (bound %d) = %d entries, want %d", len(text), whole.BlockChars(), limit, len(whole.Chain()), want)
+		}
+	})
 }
