@@ -58,16 +58,9 @@ func TestKVEvictionAtCapacity(t *testing.T) {
 		NewRequest(3, 3*time.Second, DefaultModel, "", c, 1, 1), // evicts a
 		NewRequest(4, 4*time.Second, DefaultModel, "", a, 1, 1), // head only
 	}
-	w := &Workload{Name: "kv", Requests: reqs}
-	w.finish()
-	rec := &cacheRecorder{}
-	res, err := Run(Config{Replicas: []ReplicaConfig{{KVBlocks: 64, MaxLoras: -1}}}, w, rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []int{0, 464, 0, 0, 48}
-	if !reflect.DeepEqual(rec.cached, want) {
-		t.Errorf("cached tokens per request = %v, want %v", rec.cached, want)
+	res, cached := runOneReplica(t, 64, reqs)
+	if want := []int{0, 464, 0, 0, 48}; !reflect.DeepEqual(cached, want) {
+		t.Errorf("cached tokens per request = %v, want %v", cached, want)
 	}
 	if res.KVEvictions == 0 {
 		t.Errorf("KVEvictions = 0, want > 0 at capacity")
@@ -86,19 +79,27 @@ func TestAnswersTakeKV(t *testing.T) {
 		NewRequest(1, 100*time.Second, DefaultModel, "", b, 1, 1),
 		NewRequest(2, 200*time.Second, DefaultModel, "", a, 1, 1),
 	}
-	w := &Workload{Name: "answers", Requests: reqs}
-	w.finish()
-	rec := &cacheRecorder{}
-	res, err := Run(Config{Replicas: []ReplicaConfig{{KVBlocks: 64, MaxLoras: -1}}}, w, rec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	res, cached := runOneReplica(t, 64, reqs)
 	if res.KVEvictions != 27 {
 		t.Errorf("KVEvictions = %d, want 27 (b's 31 blocks beside a's 30 prompt and 30 answer blocks)", res.KVEvictions)
 	}
-	if want := []int{0, 0, 464}; !reflect.DeepEqual(rec.cached, want) {
-		t.Errorf("cached tokens per request = %v, want %v", rec.cached, want)
+	if want := []int{0, 0, 464}; !reflect.DeepEqual(cached, want) {
+		t.Errorf("cached tokens per request = %v, want %v", cached, want)
 	}
+}
+
+// runOneReplica runs reqs on one replica of kvBlocks KV blocks and returns
+// the result and each request's cached tokens at its first token.
+func runOneReplica(t *testing.T, kvBlocks int, reqs []*Request) (*Result, []int) {
+	t.Helper()
+	w := &Workload{Name: t.Name(), Requests: reqs}
+	w.finish()
+	rec := &cacheRecorder{}
+	res, err := Run(Config{Replicas: []ReplicaConfig{{KVBlocks: kvBlocks, MaxLoras: -1}}}, w, rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, rec.cached
 }
 
 type cacheRecorder struct {
