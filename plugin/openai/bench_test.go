@@ -53,6 +53,25 @@ func BenchmarkParseTextRouter(b *testing.B) {
 	body := routerBody()
 	b.Run("hasher", func(b *testing.B) { benchParseTextHashed(b, body) })
 	b.Run("count", func(b *testing.B) { benchParseTextCounted(b, body) })
+	b.Run("memo", func(b *testing.B) {
+		// The router's writer: the system message is replayed from the
+		// memo (remembered by the first parse), the question decoded.
+		var p Parser
+		var req Request
+		var m scoring.PrefixMemo
+		h := routerHasher()
+		m.Init(h, 0, 0, 0)
+		b.ReportAllocs()
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			h.ResetDeferred()
+			p.ParseText(Chat, body, false, &m, &req)
+			h.SetSeed(string(req.Model), "")
+		}
+		if m.Replays() == 0 {
+			b.Fatal("the memo replayed nothing")
+		}
+	})
 	b.Run("hashonly", func(b *testing.B) {
 		// The hasher alone over the same text, in 2 KB writes.
 		var p Parser

@@ -153,11 +153,41 @@ type Parser struct {
 
 	// WriteText state (also ParseText's, which writes while parsing).
 	w        io.Writer
+	memo     Memo // w, when it remembers long strings
 	n        int
 	tokens   int
 	werr     error
 	stop     bool // the prompt had the wrong shape: write no more of it
 	streamed bool // ParseText wrote a prompt already
+}
+
+// Memo is a text writer that remembers what long strings' text did to it,
+// so that ParseText and WriteText can pass over a string they met before
+// instead of decoding it again (the router's prefix hasher with a
+// scoring.PrefixMemo: a shared system prompt is most of a long request).
+// The parser offers every prompt string whose raw contents may be longer
+// than MemoMinBytes: first to Recall, and if that declines, it writes the
+// decoded text between Begin and End.
+type Memo interface {
+	io.Writer
+	// MemoMinBytes is the length of the shortest raw string worth
+	// offering; 0 when the writer remembers nothing.
+	MemoMinBytes() int
+	// Recall writes the text of the string whose raw (escaped) contents
+	// rest begins with and end (its closing quote) follows, as remembered,
+	// and returns the raw length and the characters written; or it writes
+	// nothing and reports false.
+	Recall(rest []byte, end byte) (rawLen, chars int, ok bool)
+	// Match reports whether rest begins with the raw contents of a string
+	// the writer remembers, followed by end, from whatever state, and
+	// returns their length; it writes nothing.
+	Match(rest []byte, end byte) (rawLen int, ok bool)
+	// Begin tells the writer that a string's text is about to be written.
+	Begin()
+	// End tells the writer that the text of the string whose raw contents
+	// are raw was written since Begin. It is not called for a string read
+	// partly (a cut body) or on a write error.
+	End(raw []byte)
 }
 
 // sink lets jsonx write decoded text through Parser.emit without an
@@ -232,11 +262,12 @@ func (p *Parser) ParseTruncated(kind Kind, body []byte, out *Request) error {
 // decoders keep the last; a duplicated prompt key is no client's output,
 // and its text cannot be unwritten).
 func (p *Parser) ParseText(kind Kind, body []byte, truncated bool, w io.Writer, out *Request) error {
+	p.memo, _ = w.(Memo)
 	p.w, p.n, p.tokens, p.werr, p.stop, p.streamed, p.pendingLen = w, 0, 0, nil, false, false, 0
 	p.sink.p = p
 	err := p.parse(kind, body, out, truncated)
 	out.PromptChars, out.PromptTokensExact = p.n, p.tokens
-	p.w = nil
+	p.w, p.memo = nil, nil
 	if p.werr != nil && (err == nil || p.err.Code == CodeBadField || p.err.Code == CodeNoModel) {
 		return p.werr
 	}
@@ -463,6 +494,7 @@ func (p *Parser) boolean(field string, v jsonx.Value) bool {
 // before stays written), or the writer's own error. Calling WriteText before
 // a successful (or field-error) Parse writes nothing.
 func (p *Parser) WriteText(w io.Writer, out *Request) error {
+	p.memo, _ = w.(Memo)
 	p.w, p.n, p.tokens, p.werr, p.first, p.stop, p.pendingLen = w, 0, 0, nil, nil, false, 0
 	p.sink.p = p
 	if p.parsed && p.promptKind != jsonx.None {
@@ -476,7 +508,7 @@ func (p *Parser) WriteText(w io.Writer, out *Request) error {
 		p.flush()
 	}
 	out.PromptChars, out.PromptTokensExact, out.PromptBad = p.n, p.tokens, p.stop
-	p.w = nil
+	p.w, p.memo = nil, nil
 	if p.werr != nil {
 		return p.werr
 	}
@@ -551,9 +583,77 @@ func (p *Parser) emitByte(c byte) {
 	p.emit(p.one[:])
 }
 
-// emitString decodes the string value due next in r.
+// emitString decodes the string value due next in r, or has the writer
+// replay it when it is long and the writer is a Memo.
 func (p *Parser) emitString(r *jsonx.Reader) {
+	if p.memo == nil || !p.memoString(r) {
+		r.WriteString(&p.sink, p.scratch[:])
+	}
+}
+
+// memoMatch passes r over the string due next when p.memo remembers its
+// raw contents, whatever the writer's state, and returns the offset of its
+// opening quote (message defers a content read before its role).
+func (p *Parser) memoMatch(r *jsonx.Reader) (int, bool) {
+	if p.memo == nil || r.Kind() != jsonx.String {
+		return 0, false
+	}
+	d, off := p.doc, r.Offset()
+	if m := p.memo.MemoMinBytes(); m <= 0 || len(d)-off-1 <= m {
+		return 0, false
+	}
+	n, ok := p.memo.Match(d[off+1:], '"')
+	if !ok {
+		return 0, false
+	}
+	r.SkipTo(off + 1 + n + 1)
+	return off, true
+}
+
+// emitHeld writes the content message decoded before its role; when its raw
+// contents are known and long, between the memo's Begin and End.
+func (p *Parser) emitHeld(raw []byte) {
+	if p.memo == nil || raw == nil || len(raw) <= p.memo.MemoMinBytes() || p.memo.MemoMinBytes() <= 0 {
+		p.emit(p.held)
+		return
+	}
+	p.flush()
+	p.memo.Begin()
+	p.emit(p.held)
+	p.flush()
+	if p.werr == nil {
+		p.memo.End(raw)
+	}
+}
+
+// memoString offers the string due next in r to p.memo when it may be long
+// enough to be remembered: replayed, r is moved past it; else it is decoded
+// between Begin and End, with the output flushed around it so that the
+// writer sees exactly its text, and remembered when it was read whole. It
+// reports false, having done nothing, for a string too short to offer.
+func (p *Parser) memoString(r *jsonx.Reader) bool {
+	if r.Kind() != jsonx.String || p.werr != nil {
+		return false
+	}
+	d, i := p.doc, r.Offset()+1 // the first content byte
+	if m := p.memo.MemoMinBytes(); m <= 0 || len(d)-i <= m {
+		return false
+	}
+	p.flush()
+	if n, chars, ok := p.memo.Recall(d[i:], '"'); ok {
+		// Recall matched d[i:i+n] and its closing quote, so the value
+		// is whole and valid: a remembered source was read whole.
+		r.SkipTo(i + n + 1)
+		p.n += chars
+		return true
+	}
+	p.memo.Begin()
 	r.WriteString(&p.sink, p.scratch[:])
+	p.flush()
+	if end := r.Offset(); p.werr == nil && r.Err() == nil && !r.Truncated() && end > i && d[end-1] == '"' {
+		p.memo.End(d[i : end-1])
+	}
+	return true
 }
 
 func (p *Parser) writePrompt(r *jsonx.Reader) {
@@ -808,6 +908,7 @@ func hasAt(d []byte, i int, s string) bool {
 // otherwise.
 func (p *Parser) message(r *jsonx.Reader) {
 	var role, content, toolCalls jsonx.Value
+	var heldRaw []byte // the held content's raw contents, when read whole
 	roleOK, headDone, held := false, false, false
 	r.Object()
 	for r.Member() {
@@ -833,10 +934,19 @@ func (p *Parser) message(r *jsonx.Reader) {
 			}
 			if !headDone && p.ok() && r.Kind() == jsonx.String {
 				// Content before role (encoding/json sorts map keys so;
-				// SDKs send role first): decode it now, in this pass, and
-				// write it once the role is known.
+				// SDKs send role first): a string the writer remembers is
+				// passed over and replayed once the role is written;
+				// another is decoded now, in this pass, and written then.
+				if off, ok := p.memoMatch(r); ok {
+					held, content = false, jsonx.Value{Kind: jsonx.String, Off: off}
+					continue
+				}
+				from := r.Offset() + 1
 				p.held = r.AppendString(p.held[:0])
-				held, content = true, jsonx.Value{}
+				held, content, heldRaw = true, jsonx.Value{}, nil
+				if to := r.Offset() - 1; !r.Truncated() && r.Err() == nil && to >= from && p.doc[to] == '"' {
+					heldRaw = p.doc[from:to]
+				}
 				continue
 			}
 			held, content = false, r.Value()
@@ -859,7 +969,7 @@ func (p *Parser) message(r *jsonx.Reader) {
 		p.head(role)
 	}
 	if held {
-		p.emit(p.held)
+		p.emitHeld(heldRaw)
 	}
 	switch content.Kind {
 	case jsonx.None, jsonx.Null:

@@ -53,12 +53,17 @@ type root struct {
 	ledger      *scoring.Ledger
 	index       *scoring.PrefixIndex
 	hasher      scoring.PrefixHasher
-	parser      openai.Parser
-	request     openai.Request
-	decision    scoring.Decision
-	cached      []int
-	scratch     []byte
-	models      map[string]string // interned base model names
+	// textMemo is the parser's writer: the hasher with a memo of the long
+	// strings it hashed (openai.Memo), so that a system prompt or a turn
+	// met again is compared and its blocks replayed, not decoded and
+	// hashed again (BenchmarkParseTextRouter/memo).
+	textMemo scoring.PrefixMemo
+	parser   openai.Parser
+	request  openai.Request
+	decision scoring.Decision
+	cached   []int
+	scratch  []byte
+	models   map[string]string // interned base model names
 	// featuresScratch and destScratch are reused per request.
 	featuresScratch scoring.Request
 	destScratch     []byte
@@ -226,6 +231,7 @@ func (r *root) setup(cfg *config.Config) error {
 		r.index.SetCapacityTokens(i, r.priors[i].KVCapacityTokens)
 	}
 	r.hasher.Init(cfg.BlockChars, maxChainBytes/cfg.BlockChars)
+	r.textMemo.Init(&r.hasher, 0, 0, 0)
 	r.outbox = fleet.NewOutbox(outboxEntries, outboxHashes)
 	r.checkpoints = make([]uint64, 0, outboxHashes)
 	r.shareScratch = make([]uint64, outboxHashes)

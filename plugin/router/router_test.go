@@ -190,6 +190,32 @@ func TestPrefixAffinity(t *testing.T) {
 	})
 }
 
+// TestPromptMemo: a long system message met again is replayed from the
+// memo (counted), and affinity is what decoding it would give: every
+// request with the shared system message goes to its first one's replica.
+func TestPromptMemo(t *testing.T) {
+	eachLeg(t, func(t *testing.T, d driver) {
+		if !d.configure(cfgFour) {
+			t.Fatalf("configure(cfgFour) = false, want true")
+		}
+		system := strings.Repeat("You are a careful assistant for the payments team.\n", 200) // ~10k chars
+		home := ""
+		for i := range 8 {
+			b, _ := json.Marshal(map[string]any{"model": "llama-3-8b", "messages": []map[string]string{
+				{"role": "system", "content": system}, {"role": "user", "content": "question " + strconv.Itoa(i)}}})
+			got, _, _ := d.request(baseRequest, string(b))
+			dst := destinations(got)
+			if len(dst) != 1 || home != "" && dst[0] != home {
+				t.Fatalf("request %d destinations = %q, want one, the home %q", i, dst, home)
+			}
+			home = dst[0]
+		}
+		if n, ok := d.counter(statMemoReplays); !ok || n != 7 {
+			t.Errorf("counter %s = %d, %v; want 7 (every request after the first)", statMemoReplays, n, ok)
+		}
+	})
+}
+
 // TestBodyNotJSON: a body that is not JSON is routed on load alone and
 // counted, never answered with an error.
 func TestBodyNotJSON(t *testing.T) {

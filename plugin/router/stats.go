@@ -23,6 +23,7 @@ const (
 	statUnavailable     = "gpuroute_local_replies_503_total"
 	statOverloaded      = "gpuroute_local_replies_429_total"
 	statBodyUnparsed    = "gpuroute_body_unparsed_total"
+	statMemoReplays     = "gpuroute_prompt_memo_replays_total"
 	statLeaseChanges    = "gpuroute_lease_changes_total"
 	statSweptFlights    = "gpuroute_swept_flights_total"
 	statPassiveEjects   = "gpuroute_passive_ejections_total"
@@ -47,6 +48,7 @@ type stats struct {
 	adapterHost, adapterStorage              uint32
 	scrapes, scrapeFailures, drainResets     uint32
 	unavailable, overloaded, bodyUnparsed    uint32
+	memoReplays                              uint32
 	leaseChanges, sweptFlights               uint32
 	passiveEjections                         uint32
 	inFlight, closedReplicas                 uint32
@@ -76,6 +78,7 @@ func (s *stats) define(log *logPrefix) {
 	s.unavailable = def(c, statUnavailable)
 	s.overloaded = def(c, statOverloaded)
 	s.bodyUnparsed = def(c, statBodyUnparsed)
+	s.memoReplays = def(c, statMemoReplays)
 	s.leaseChanges = def(c, statLeaseChanges)
 	s.sweptFlights = def(c, statSweptFlights)
 	s.passiveEjections = def(c, statPassiveEjects)

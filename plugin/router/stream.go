@@ -193,7 +193,11 @@ func (r *root) features(s *stream, body []byte, truncated bool) *scoring.Request
 	// (clients send "model" anywhere, the OpenAI Python SDK after
 	// "messages").
 	r.hasher.ResetDeferred()
-	err := r.parser.ParseText(s.kind, body, truncated, &r.hasher, &r.request)
+	replays := r.textMemo.Replays()
+	err := r.parser.ParseText(s.kind, body, truncated, &r.textMemo, &r.request)
+	if n := r.textMemo.Replays() - replays; n > 0 {
+		r.stats.add(r.stats.memoReplays, int64(n))
+	}
 	if err != nil && len(r.request.Model) == 0 {
 		r.stats.add(r.stats.bodyUnparsed, 1)
 		req.PromptTokens = r.params.DefaultPromptTokens
