@@ -36,8 +36,11 @@ type stream struct {
 	firstByte       bool
 	responseDone    bool
 	streaming       bool
-	counter         openai.StreamCounter
-	explain         []byte
+	// counter is the stream object's own, kept across reuse (reset
+	// resets it) rather than a field: zeroing its 8 KB line buffer with
+	// the rest of the stream cost every request's context creation.
+	counter *openai.StreamCounter
+	explain []byte
 	// Passive health (passive.go): the replica that answered 2xx (-1:
 	// none yet) and whether a drain deadline ended the stream.
 	answeredBy int
@@ -45,8 +48,12 @@ type stream struct {
 }
 
 func (s *stream) reset(r *root, id uint32) {
-	explain := s.explain[:0]
-	*s = stream{root: r, id: id, replica: -1, liveAt: -1, explain: explain, answeredBy: -1}
+	counter, explain := s.counter, s.explain[:0]
+	if counter == nil {
+		counter = new(openai.StreamCounter)
+	}
+	counter.Reset()
+	*s = stream{root: r, id: id, replica: -1, liveAt: -1, counter: counter, explain: explain, answeredBy: -1}
 }
 
 // OnHttpRequestHeaders removes any client-sent destination first, before
