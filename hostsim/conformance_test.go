@@ -654,3 +654,27 @@ func TestWASIClock(t *testing.T) {
 		t.Errorf("guest time.Now().UnixNano() = %s, want %s", got, want)
 	}
 }
+
+// TestGuestTime: with TimeGuest a VM counts the module's own time, not its
+// host functions': a log sink that sleeps 20 ms inside proxy_log leaves it
+// well under the call's wall time. Without TimeGuest it stays 0.
+func TestGuestTime(t *testing.T) {
+	sleepy := func(LogEntry) { time.Sleep(20 * time.Millisecond) }
+	for _, timed := range []bool{false, true} {
+		h, vm := newGuestVM(t, Options{TimeGuest: timed, LogSink: sleepy}, "vm", "")
+		before := vm.GuestTime()
+		t0 := time.Now()
+		configure(t, vm, "r", "configure: getshared k")
+		wall := time.Since(t0)
+		got := vm.GuestTime() - before
+		if logs := len(h.Logs()); logs == 0 || wall < 20*time.Millisecond {
+			t.Fatalf("configure logged %d lines in %v; want a log line's 20 ms sleep", logs, wall)
+		}
+		switch {
+		case !timed && got != 0:
+			t.Errorf("GuestTime without TimeGuest = %v, want 0", got)
+		case timed && (got <= 0 || got > wall-15*time.Millisecond):
+			t.Errorf("GuestTime of a configure that took %v with a 20 ms host call = %v, want > 0 and without the host call", wall, got)
+		}
+	}
+}

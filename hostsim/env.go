@@ -350,7 +350,8 @@ func (h *Host) instantiateHostModules(ctx context.Context) error {
 		}
 		fn := f.fn
 		b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, mod api.Module, s []uint64) {
-			s[0] = uint64(fn(vmOf(ctx, mod), s))
+			vm := vmOf(ctx, mod)
+			vm.hostCall(func() { s[0] = uint64(fn(vm, s)) })
 		}), params, []api.ValueType{i32}).Export(f.name)
 	}
 	if _, err := b.Instantiate(ctx); err != nil {
@@ -390,8 +391,18 @@ func (vm *VM) putU64(ptr uint32, v uint64) Status {
 func (vm *VM) malloc(n uint32) uint32 {
 	st := vm.allocStack[:]
 	st[0] = uint64(n)
+	var t0 time.Time
+	if vm.timeGuest {
+		t0 = time.Now()
+	}
 	if err := vm.fn[fnMalloc].CallWithStack(vm.callCtx, st); err != nil {
 		panic(err)
+	}
+	if vm.timeGuest {
+		// The guest's, inside the host function that asked for it.
+		d := time.Since(t0)
+		vm.guestTime += d
+		vm.hostTime -= d
 	}
 	return uint32(st[0])
 }

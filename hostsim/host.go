@@ -60,6 +60,12 @@ type Options struct {
 	// instrumented, and a cache hit would keep the listeners of the compile
 	// that filled it (another probe's, or none).
 	Probe *GuestProbe
+	// TimeGuest makes each VM time the module's own execution: the time
+	// inside its exports, less the host functions they call (this host's
+	// ABI implementation, which Envoy replaces with its own) but with the
+	// proxy_on_memory_allocate calls those make into the guest (VM.GuestTime).
+	// It costs two clock reads per export and per host function call.
+	TimeGuest bool
 }
 
 // DefaultStart is the virtual wall-clock origin when Options.Start is zero.

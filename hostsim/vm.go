@@ -132,9 +132,14 @@ type VM struct {
 	nextMetricID uint32
 	stack        [8]uint64
 	allocStack   [1]uint64
-	scratch      []byte
-	bodies       [][]byte // body buffers of ended streams, for the next ones
-	stderr       []byte   // head of what the running callback wrote to stderr
+	// With Options.TimeGuest: the guest's execution time so far, and the
+	// host functions' time within the running export.
+	timeGuest bool
+	guestTime time.Duration
+	hostTime  time.Duration
+	scratch   []byte
+	bodies    [][]byte // body buffers of ended streams, for the next ones
+	stderr    []byte   // head of what the running callback wrote to stderr
 }
 
 type callResponse struct {
@@ -162,6 +167,7 @@ func (h *Host) NewVM(ctx context.Context, mod *Module, vmID string, vmConfig []b
 		active:    map[string]*Root{},
 		streams:   map[uint32]*Stream{},
 		metricIDs: map[uint32]*metric{},
+		timeGuest: h.opts.TimeGuest,
 	}
 	vm.callCtx = context.WithValue(ctx, vmKey{}, vm)
 	vm.mu.Lock()
@@ -227,6 +233,26 @@ func (vm *VM) Root(rootID string) *Root {
 	return vm.active[rootID]
 }
 
+// GuestTime returns how long the module has run in this VM's exports,
+// host functions excluded (Options.TimeGuest; 0 without it).
+func (vm *VM) GuestTime() time.Duration {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	return vm.guestTime
+}
+
+// hostCall runs host function fn, adding its time to vm.hostTime when the
+// guest is timed.
+func (vm *VM) hostCall(fn func()) {
+	if !vm.timeGuest {
+		fn()
+		return
+	}
+	t0 := time.Now()
+	fn()
+	vm.hostTime += time.Since(t0)
+}
+
 // usable reports why the VM cannot take a call. Callers hold vm.mu.
 func (vm *VM) usable() error {
 	if vm.failed != nil {
@@ -251,7 +277,15 @@ func (vm *VM) invoke(fn int, def uint64, n int, a0, a1, a2, a3, a4 uint64) (uint
 	vm.stderr = vm.stderr[:0]
 	st := vm.stack[:]
 	st[0], st[1], st[2], st[3], st[4] = a0, a1, a2, a3, a4
-	if err := f.CallWithStack(vm.callCtx, st); err != nil {
+	var t0 time.Time
+	if vm.timeGuest {
+		t0, vm.hostTime = time.Now(), 0
+	}
+	err := f.CallWithStack(vm.callCtx, st)
+	if vm.timeGuest {
+		vm.guestTime += time.Since(t0) - vm.hostTime
+	}
+	if err != nil {
 		var b strings.Builder
 		b.WriteString("hostsim: vm ")
 		b.WriteString(strconv.Quote(vm.id))

@@ -124,10 +124,13 @@ func (h *Host) instantiateWASI(ctx context.Context) error {
 			results = []api.ValueType{i32}
 		}
 		b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, mod api.Module, s []uint64) {
-			r := fn(vmOf(ctx, mod), s)
-			if len(s) > 0 {
-				s[0] = uint64(r)
-			}
+			vm := vmOf(ctx, mod)
+			vm.hostCall(func() {
+				r := fn(vm, s)
+				if len(s) > 0 {
+					s[0] = uint64(r)
+				}
+			})
 		}), f.params, results).Export(f.name)
 	}
 	_, err := b.Instantiate(ctx)
