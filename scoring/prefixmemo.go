@@ -51,6 +51,7 @@ type memoStep struct {
 	chars      int64
 	raws       []uint64
 	used       uint64 // clock of the last record or replay; 0: empty
+	stamp      uint64 // clock of the record: Match's tokens name it
 }
 
 // Memo sizing defaults.
@@ -60,6 +61,8 @@ const (
 	DefaultMemoSteps = 16
 	// DefaultMemoBudgetBytes bounds the sources held (512 KiB per VM).
 	DefaultMemoBudgetBytes = 512 << 10
+	// maxMemoSteps bounds the slots: a Match token holds the slot in a byte.
+	maxMemoSteps = 255
 	// DefaultMemoMinBytes is the shortest source worth remembering: below
 	// a few KB decoding costs about what the memo's own checks and copies do.
 	DefaultMemoMinBytes = 4 << 10
@@ -73,6 +76,7 @@ func (m *PrefixMemo) Init(h *PrefixHasher, steps, budgetBytes, minBytes int) {
 	if steps <= 0 {
 		steps = DefaultMemoSteps
 	}
+	steps = min(steps, maxMemoSteps)
 	if budgetBytes <= 0 {
 		budgetBytes = DefaultMemoBudgetBytes
 	}
@@ -125,6 +129,7 @@ func (m *PrefixMemo) End(src []byte) {
 	}
 	s := m.victim(len(src))
 	m.clock++
+	s.stamp = m.clock
 	s.src = append(s.src[:0], src...)
 	s.blockChars, s.fromPrev, s.toPrev, s.chars, s.used = h.blockChars, m.fromPrev, h.prev, chars, m.clock
 	s.fromTail = append(s.fromTail[:0], m.fromTail...)
@@ -178,7 +183,10 @@ func (m *PrefixMemo) oldest(not *memoStep) *memoStep {
 // with, followed by the byte end (a JSON string's closing quote: a source is
 // whole contents, so the byte after it ends it). It returns the source's
 // length and the characters written, or ok false having changed nothing.
-func (m *PrefixMemo) Recall(rest []byte, end byte) (srcLen, chars int, ok bool) {
+// A token from Match for these very bytes (the same place of the same
+// input, nothing recorded since) stands for their comparison, which is not
+// made again; 0 is no token.
+func (m *PrefixMemo) Recall(rest []byte, end byte, token uint64) (srcLen, chars int, ok bool) {
 	h := m.h
 	if len(m.steps) == 0 || len(rest) < m.minBytes || h.blockChars == 0 {
 		return 0, 0, false
@@ -186,10 +194,11 @@ func (m *PrefixMemo) Recall(rest []byte, end byte) (srcLen, chars int, ok bool) 
 	for i := range m.steps {
 		s := &m.steps[i]
 		n := len(s.src)
+		matched := token != 0 && token == s.token(i)
 		if s.used == 0 || n >= len(rest) || rest[n] != end || s.fromPrev != h.prev ||
 			s.blockChars != h.blockChars || len(s.fromTail) != h.fill ||
 			len(h.chain)+len(s.raws) > min(h.maxBlocks, cap(h.chain)) ||
-			!sameBytes(s.fromTail, h.buf[:h.fill]) || !sameBytes(s.src, rest[:n]) {
+			!sameBytes(s.fromTail, h.buf[:h.fill]) || !matched && !sameBytes(s.src, rest[:n]) {
 			continue
 		}
 		m.clock++
@@ -213,22 +222,27 @@ func (m *PrefixMemo) Recall(rest []byte, end byte) (srcLen, chars int, ok bool) 
 func (m *PrefixMemo) Replays() uint64 { return m.replays }
 
 // Match reports whether rest begins with a remembered source followed by
-// end, whatever the hasher's state, and returns the source's length. A
-// parser that meets a text before it can write what precedes it (a chat
-// message's content before its role) passes over the text with Match and
-// replays it later.
-func (m *PrefixMemo) Match(rest []byte, end byte) (srcLen int, ok bool) {
+// end, whatever the hasher's state, and returns the source's length and a
+// token for Recall. A parser that meets a text before it can write what
+// precedes it (a chat message's content before its role) passes over the
+// text with Match and replays it later with the token, without comparing
+// the text twice (2.8 µs for 32 KB under wazero).
+func (m *PrefixMemo) Match(rest []byte, end byte) (srcLen int, token uint64, ok bool) {
 	if len(m.steps) == 0 || len(rest) < m.minBytes {
-		return 0, false
+		return 0, 0, false
 	}
 	for i := range m.steps {
 		s := &m.steps[i]
 		if n := len(s.src); s.used != 0 && n < len(rest) && rest[n] == end && sameBytes(s.src, rest[:n]) {
-			return n, true
+			return n, s.token(i), true
 		}
 	}
-	return 0, false
+	return 0, 0, false
 }
+
+// token names step s, slot i, as recorded: a later record in the slot
+// makes it another step.
+func (s *memoStep) token(i int) uint64 { return s.stamp<<8 | uint64(i+1) }
 
 // sameBytes reports whether a and b are equal, 64 bytes a step: under
 // wasm bytes.Equal runs Go's byte-at-a-time memequal (internal/bytealg's

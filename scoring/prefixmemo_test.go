@@ -62,7 +62,7 @@ func TestMemoReplayEqualsWriting(t *testing.T) {
 		}
 		want.Write(text)
 		m.h = &got
-		n, chars, ok := m.Recall(src, '"')
+		n, chars, ok := m.Recall(src, '"', 0)
 		if !ok || n != len(text) || chars != len(text) {
 			t.Fatalf("round %d: Replay = %d, %d, %v; want %d, %d, true", round, n, chars, ok, len(text), len(text))
 		}
@@ -124,7 +124,7 @@ func TestMemoReplayDeclines(t *testing.T) {
 				x.Write(tt.head)
 			}
 			m.h = &h
-			_, _, ok := m.Recall(tt.rest, '"')
+			_, _, ok := m.Recall(tt.rest, '"', 0)
 			if want := tt.name == "same"; ok != want {
 				t.Fatalf("Replay ok = %v, want %v", ok, want)
 			}
@@ -168,7 +168,7 @@ func TestMemoRecordsOnlyExactSteps(t *testing.T) {
 			var fresh PrefixHasher
 			fresh.ResetDeferred()
 			m.h = &fresh
-			_, _, ok := m.Recall(append(slices.Clone(text), '"'), '"')
+			_, _, ok := m.Recall(append(slices.Clone(text), '"'), '"', 0)
 			if ok != tt.want {
 				t.Fatalf("Replay after recording ok = %v, want %v", ok, tt.want)
 			}
@@ -202,7 +202,7 @@ func TestMemoEvictsLeastRecentlyUsed(t *testing.T) {
 			m.Init(&h, tt.steps, tt.budget, 64)
 			replay := func(text []byte) bool {
 				h.ResetDeferred()
-				_, _, ok := m.Recall(append(slices.Clone(text), '"'), '"')
+				_, _, ok := m.Recall(append(slices.Clone(text), '"'), '"', 0)
 				return ok
 			}
 			record := func(text []byte) {
@@ -267,8 +267,45 @@ func BenchmarkMemoReplay32KB(b *testing.B) {
 	b.SetBytes(int64(len(text)))
 	for b.Loop() {
 		h.ResetDeferred()
-		if _, _, ok := m.Recall(rest, '"'); !ok {
+		if _, _, ok := m.Recall(rest, '"', 0); !ok {
 			b.Fatal("no replay")
 		}
+	}
+}
+
+// TestMemoMatchToken: Match's token lets Recall skip comparing the text
+// again, for the step Match found only: once the slot records another
+// text, the token names nothing and Recall compares.
+func TestMemoMatchToken(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	a, b := memoText(rng, 5000), memoText(rng, 5000)
+	var m PrefixMemo
+	var h PrefixHasher
+	m.Init(&h, 1, 1<<20, 64)
+	record := func(text []byte) {
+		h.ResetDeferred()
+		m.Begin()
+		m.Write(text)
+		m.End(text)
+	}
+	restA := append(slices.Clone(a), '"')
+	record(a)
+	n, token, ok := m.Match(restA, '"')
+	if !ok || n != len(a) || token == 0 {
+		t.Fatalf("Match(a) = %d, %#x, %v; want %d, a token, true", n, token, ok, len(a))
+	}
+	h.ResetDeferred()
+	if _, _, ok := m.Recall(restA, '"', token); !ok {
+		t.Fatal("Recall(a, its token) = false, want a replay")
+	}
+	var want PrefixHasher
+	want.ResetDeferred()
+	want.Write(a)
+	sameHasher(t, "replay by token", &h, &want, b[:100])
+
+	record(b) // the only slot now holds b: a's token is stale
+	h.ResetDeferred()
+	if _, _, ok := m.Recall(restA, '"', token); ok {
+		t.Fatal("Recall(a, a token of the slot's earlier step) = true, want false (b is remembered now)")
 	}
 }

@@ -177,11 +177,13 @@ type Memo interface {
 	// rest begins with and end (its closing quote) follows, as remembered,
 	// and returns the raw length and the characters written; or it writes
 	// nothing and reports false.
-	Recall(rest []byte, end byte) (rawLen, chars int, ok bool)
+	// A token from Match for these very bytes in this parse stands for
+	// comparing them again; 0 is none.
+	Recall(rest []byte, end byte, token uint64) (rawLen, chars int, ok bool)
 	// Match reports whether rest begins with the raw contents of a string
 	// the writer remembers, followed by end, from whatever state, and
-	// returns their length; it writes nothing.
-	Match(rest []byte, end byte) (rawLen int, ok bool)
+	// returns their length and a token for Recall; it writes nothing.
+	Match(rest []byte, end byte) (rawLen int, token uint64, ok bool)
 	// Begin tells the writer that a string's text is about to be written.
 	Begin()
 	// End tells the writer that the text of the string whose raw contents
@@ -585,29 +587,34 @@ func (p *Parser) emitByte(c byte) {
 
 // emitString decodes the string value due next in r, or has the writer
 // replay it when it is long and the writer is a Memo.
-func (p *Parser) emitString(r *jsonx.Reader) {
-	if p.memo == nil || !p.memoString(r) {
+func (p *Parser) emitString(r *jsonx.Reader) { p.emitText(r, 0) }
+
+// emitText is emitString for a value memoMatch passed over with token (0:
+// none), which stands for comparing it again.
+func (p *Parser) emitText(r *jsonx.Reader, token uint64) {
+	if p.memo == nil || !p.memoString(r, token) {
 		r.WriteString(&p.sink, p.scratch[:])
 	}
 }
 
 // memoMatch passes r over the string due next when p.memo remembers its
 // raw contents, whatever the writer's state, and returns the offset of its
-// opening quote (message defers a content read before its role).
-func (p *Parser) memoMatch(r *jsonx.Reader) (int, bool) {
+// opening quote and Match's token (message defers a content read before
+// its role).
+func (p *Parser) memoMatch(r *jsonx.Reader) (int, uint64, bool) {
 	if p.memo == nil || r.Kind() != jsonx.String {
-		return 0, false
+		return 0, 0, false
 	}
 	d, off := p.doc, r.Offset()
 	if m := p.memo.MemoMinBytes(); m <= 0 || len(d)-off-1 <= m {
-		return 0, false
+		return 0, 0, false
 	}
-	n, ok := p.memo.Match(d[off+1:], '"')
+	n, token, ok := p.memo.Match(d[off+1:], '"')
 	if !ok {
-		return 0, false
+		return 0, 0, false
 	}
 	r.SkipTo(off + 1 + n + 1)
-	return off, true
+	return off, token, true
 }
 
 // emitHeld writes the content message decoded before its role; when its raw
@@ -631,7 +638,7 @@ func (p *Parser) emitHeld(raw []byte) {
 // between Begin and End, with the output flushed around it so that the
 // writer sees exactly its text, and remembered when it was read whole. It
 // reports false, having done nothing, for a string too short to offer.
-func (p *Parser) memoString(r *jsonx.Reader) bool {
+func (p *Parser) memoString(r *jsonx.Reader, token uint64) bool {
 	if r.Kind() != jsonx.String || p.werr != nil {
 		return false
 	}
@@ -640,7 +647,7 @@ func (p *Parser) memoString(r *jsonx.Reader) bool {
 		return false
 	}
 	p.flush()
-	if n, chars, ok := p.memo.Recall(d[i:], '"'); ok {
+	if n, chars, ok := p.memo.Recall(d[i:], '"', token); ok {
 		// Recall matched d[i:i+n] and its closing quote, so the value
 		// is whole and valid: a remembered source was read whole.
 		r.SkipTo(i + n + 1)
@@ -909,6 +916,7 @@ func hasAt(d []byte, i int, s string) bool {
 func (p *Parser) message(r *jsonx.Reader) {
 	var role, content, toolCalls jsonx.Value
 	var heldRaw []byte // the held content's raw contents, when read whole
+	var matched uint64 // memoMatch's token for a content passed over
 	roleOK, headDone, held := false, false, false
 	r.Object()
 	for r.Member() {
@@ -937,8 +945,8 @@ func (p *Parser) message(r *jsonx.Reader) {
 				// SDKs send role first): a string the writer remembers is
 				// passed over and replayed once the role is written;
 				// another is decoded now, in this pass, and written then.
-				if off, ok := p.memoMatch(r); ok {
-					held, content = false, jsonx.Value{Kind: jsonx.String, Off: off}
+				if off, token, ok := p.memoMatch(r); ok {
+					held, content, matched = false, jsonx.Value{Kind: jsonx.String, Off: off}, token
 					continue
 				}
 				from := r.Offset() + 1
@@ -949,7 +957,7 @@ func (p *Parser) message(r *jsonx.Reader) {
 				}
 				continue
 			}
-			held, content = false, r.Value()
+			held, content, matched = false, r.Value(), 0
 		case FieldToolCalls:
 			toolCalls = r.Value()
 		default:
@@ -974,7 +982,7 @@ func (p *Parser) message(r *jsonx.Reader) {
 	switch content.Kind {
 	case jsonx.None, jsonx.Null:
 	case jsonx.String:
-		p.emitString(p.at(&p.sub, content.Off))
+		p.emitText(p.at(&p.sub, content.Off), matched)
 	case jsonx.Array:
 		p.parts(p.at(&p.sub, content.Off))
 	default:
