@@ -198,6 +198,7 @@ func doneIn(fromNanos, untilNanos, nowNanos int64) float64 {
 type repAcc struct {
 	Work
 	syncedSnap int64 // the ScrapedNanos Unseen* refer to
+	resync     bool  // SyncSnapshots is recounting Unseen*
 	rate       Rate  // dispatches per second
 	prefillGroups
 }
@@ -1107,6 +1108,43 @@ func (l *Ledger) remembered(replica int) AdapterTier {
 		return TierHost
 	}
 	return TierStorage
+}
+
+// SyncSnapshots recounts the work each replica's latest snapshot has not
+// seen (the requests dispatched after its ScrapedNanos) for every replica
+// whose snapshot moved, in one pass over the requests in flight. Pick and
+// WorkOn do it per replica when they find one moved; a scrape moves them
+// all at once, and one pass each made the first Pick after it O(replicas ×
+// in flight): with 2,048 in flight over 64 replicas 1.02 ms under wazero
+// against 21 µs (BenchmarkPickAfterScrape64). Call it before pricing every
+// replica after a scrape.
+func (l *Ledger) SyncSnapshots(replicas []Replica) {
+	if l == nil {
+		return
+	}
+	n := min(len(replicas), len(l.reps))
+	stale := false
+	for i := range n {
+		if r := &l.reps[i]; r.syncedSnap != replicas[i].ScrapedNanos {
+			r.syncedSnap, r.UnseenN, r.UnseenTokens, r.resync = replicas[i].ScrapedNanos, 0, 0, true
+			stale = true
+		}
+	}
+	if !stale {
+		return
+	}
+	for _, slot := range l.live {
+		f := &l.flights[slot]
+		if i := int(f.replica); i >= 0 && i < n {
+			if r := &l.reps[i]; r.resync && f.dispatched > r.syncedSnap {
+				r.UnseenN++
+				r.UnseenTokens += f.prefill
+			}
+		}
+	}
+	for i := range n {
+		l.reps[i].resync = false
+	}
 }
 
 // sync recomputes replica's unseen work against a new snapshot time: the

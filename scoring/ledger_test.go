@@ -204,3 +204,50 @@ func TestWorkAddAt(t *testing.T) {
 		t.Fatalf("Add(queued work).ClearNanos = %d, want ClearUnknown", sum.ClearNanos)
 	}
 }
+
+// TestSyncAllMatchesSync: recounting every replica's unseen work in one
+// pass gives what a sync per replica gives, for replicas whose snapshot
+// moved (before, between and after the dispatches) and ones whose did not.
+func TestSyncAllMatchesSync(t *testing.T) {
+	const sec = int64(1e9)
+	build := func() (*Ledger, []Replica) {
+		l := NewLedger(DefaultParams(), 6, 64)
+		for i := range 40 {
+			req := Request{PromptTokens: 100 + 37*i, MaxTokens: 64, Model: "m"}
+			f := l.Dispatch(i%5, &req, 90+i, int64(i)*sec)
+			if i%7 == 0 {
+				l.Done(f, 10) // no longer in flight
+			}
+		}
+		replicas := make([]Replica, 6)
+		return l, replicas
+	}
+	snaps := [][]int64{
+		{5 * sec, 12 * sec, 0, 39 * sec, 41 * sec, 20 * sec},
+		{1, 1, 1, 1, 1, 1},
+		{25 * sec, 25 * sec, 25 * sec, 25 * sec, 25 * sec, 25 * sec},
+	}
+	for k, snap := range snaps {
+		one, reps := build()
+		each, _ := build()
+		one.SyncSnapshots(reps) // snapshot 0 everywhere: the first sync
+		each.SyncSnapshots(reps)
+		for i := range reps {
+			reps[i].ScrapedNanos = snap[i]
+		}
+		one.SyncSnapshots(reps)
+		for i := range reps {
+			each.sync(i, snap[i])
+		}
+		for i := range reps {
+			a, b := one.reps[i], each.reps[i]
+			if a.UnseenN != b.UnseenN || a.UnseenTokens != b.UnseenTokens || a.syncedSnap != b.syncedSnap || a.resync {
+				t.Errorf("snapshots %d, replica %d: SyncSnapshots gives unseen %d / %d tokens at %d (resync %v), sync %d / %d at %d",
+					k, i, a.UnseenN, a.UnseenTokens, a.syncedSnap, a.resync, b.UnseenN, b.UnseenTokens, b.syncedSnap)
+			}
+		}
+		if one.reps[0].UnseenN == 0 && snap[0] == 5*sec {
+			t.Errorf("snapshots %d: replica 0 has nothing unseen after a snapshot at 5 s, want the later dispatches", k)
+		}
+	}
+}

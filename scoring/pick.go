@@ -279,7 +279,9 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 			lr := &l.reps[i]
 			g = &lr.prefillGroups
 			if lr.syncedSnap != r.ScrapedNanos {
-				l.sync(i, r.ScrapedNanos)
+				// After a scrape every replica's is new: recount them
+				// all in one pass over the requests in flight.
+				l.SyncSnapshots(replicas)
 			}
 			accQueuedN += lr.QueuedN
 			accQueuedTokens += lr.QueuedTokens

@@ -234,3 +234,24 @@ func benchPick(b *testing.B, rs []Replica, cached []int, l *Ledger, req *Request
 		Pick(&p, req, rs, cached, l, 1e12, &d)
 	}
 }
+
+// BenchmarkPickAfterScrape64 is the first Pick after a scrape with 2,048
+// requests in flight over 64 replicas: every replica's snapshot time has
+// moved, so the ledger recounts which requests each scrape has not seen.
+func BenchmarkPickAfterScrape64(b *testing.B) {
+	rs, cached, _, req := benchFleet(64)
+	req.Adapter = ""
+	l := NewLedger(DefaultParams(), len(rs), 2048)
+	for i := range 2048 {
+		l.Dispatch(i%len(rs), &Request{PromptTokens: 500, MaxTokens: 200, Model: "m"}, 500, int64(i)*1e6)
+	}
+	p := DefaultParams()
+	var d Decision
+	b.ReportAllocs()
+	for b.Loop() {
+		for i := range rs {
+			rs[i].ScrapedNanos += 1e8
+		}
+		Pick(&p, &req, rs, cached, l, 1e12, &d)
+	}
+}

@@ -262,6 +262,7 @@ func (r *root) exchangeWork(now int64) {
 	if r.worker == 0 {
 		return
 	}
+	r.ledger.SyncSnapshots(r.replicas)
 	for i := range r.replicas {
 		r.record.Work[i] = r.ledger.WorkOn(i, &r.replicas[i].Hardware, r.replicas[i].ScrapedNanos, now)
 	}
