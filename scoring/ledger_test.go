@@ -205,10 +205,10 @@ func TestWorkAddAt(t *testing.T) {
 	}
 }
 
-// TestSyncAllMatchesSync: recounting every replica's unseen work in one
+// TestSyncSnapshotsMatchesSync: recounting every replica's unseen work in one
 // pass gives what a sync per replica gives, for replicas whose snapshot
 // moved (before, between and after the dispatches) and ones whose did not.
-func TestSyncAllMatchesSync(t *testing.T) {
+func TestSyncSnapshotsMatchesSync(t *testing.T) {
 	const sec = int64(1e9)
 	build := func() (*Ledger, []Replica) {
 		l := NewLedger(DefaultParams(), 6, 64)
