@@ -176,9 +176,8 @@ type Memo interface {
 	// Recall writes the text of the string whose raw (escaped) contents
 	// rest begins with and end (its closing quote) follows, as remembered,
 	// and returns the raw length and the characters written; or it writes
-	// nothing and reports false.
-	// A token from Match for these very bytes in this parse stands for
-	// comparing them again; 0 is none.
+	// nothing and reports false. A token from Match for these very bytes
+	// in this parse stands for comparing them again; 0 is none.
 	Recall(rest []byte, end byte, token uint64) (rawLen, chars int, ok bool)
 	// Match reports whether rest begins with the raw contents of a string
 	// the writer remembers, followed by end, from whatever state, and
@@ -597,21 +596,27 @@ func (p *Parser) emitText(r *jsonx.Reader, token uint64) {
 	}
 }
 
+// memoLong reports whether n raw bytes are worth offering to p.memo.
+func (p *Parser) memoLong(n int) bool {
+	m := p.memo.MemoMinBytes()
+	return m > 0 && n > m
+}
+
 // memoMatch passes r over the string due next when p.memo remembers its
 // raw contents, whatever the writer's state, and returns the offset of its
 // opening quote and Match's token (message defers a content read before
 // its role).
 func (p *Parser) memoMatch(r *jsonx.Reader) (int, uint64, bool) {
 	if p.memo == nil || r.Kind() != jsonx.String {
-		return 0, 0, false
+		return -1, 0, false
 	}
 	d, off := p.doc, r.Offset()
-	if m := p.memo.MemoMinBytes(); m <= 0 || len(d)-off-1 <= m {
-		return 0, 0, false
+	if !p.memoLong(len(d) - off - 1) {
+		return -1, 0, false
 	}
 	n, token, ok := p.memo.Match(d[off+1:], '"')
 	if !ok {
-		return 0, 0, false
+		return -1, 0, false
 	}
 	r.SkipTo(off + 1 + n + 1)
 	return off, token, true
@@ -620,7 +625,7 @@ func (p *Parser) memoMatch(r *jsonx.Reader) (int, uint64, bool) {
 // emitHeld writes the content message decoded before its role; when its raw
 // contents are known and long, between the memo's Begin and End.
 func (p *Parser) emitHeld(raw []byte) {
-	if p.memo == nil || raw == nil || len(raw) <= p.memo.MemoMinBytes() || p.memo.MemoMinBytes() <= 0 {
+	if p.memo == nil || raw == nil || !p.memoLong(len(raw)) {
 		p.emit(p.held)
 		return
 	}
@@ -643,7 +648,7 @@ func (p *Parser) memoString(r *jsonx.Reader, token uint64) bool {
 		return false
 	}
 	d, i := p.doc, r.Offset()+1 // the first content byte
-	if m := p.memo.MemoMinBytes(); m <= 0 || len(d)-i <= m {
+	if !p.memoLong(len(d) - i) {
 		return false
 	}
 	p.flush()
@@ -915,8 +920,11 @@ func hasAt(d []byte, i int, s string) bool {
 // otherwise.
 func (p *Parser) message(r *jsonx.Reader) {
 	var role, content, toolCalls jsonx.Value
-	var heldRaw []byte // the held content's raw contents, when read whole
-	var matched uint64 // memoMatch's token for a content passed over
+	// A content read before the role is held: decoded into p.held (its
+	// raw contents heldRaw, when read whole), or, when the writer
+	// remembers it, passed over and replayed from heldAt with token.
+	var heldRaw []byte
+	heldAt, token := -1, uint64(0)
 	roleOK, headDone, held := false, false, false
 	r.Object()
 	for r.Member() {
@@ -945,19 +953,19 @@ func (p *Parser) message(r *jsonx.Reader) {
 				// SDKs send role first): a string the writer remembers is
 				// passed over and replayed once the role is written;
 				// another is decoded now, in this pass, and written then.
-				if off, token, ok := p.memoMatch(r); ok {
-					held, content, matched = false, jsonx.Value{Kind: jsonx.String, Off: off}, token
+				held, content, heldRaw = true, jsonx.Value{}, nil
+				var matched bool
+				if heldAt, token, matched = p.memoMatch(r); matched {
 					continue
 				}
 				from := r.Offset() + 1
 				p.held = r.AppendString(p.held[:0])
-				held, content, heldRaw = true, jsonx.Value{}, nil
 				if to := r.Offset() - 1; !r.Truncated() && r.Err() == nil && to >= from && p.doc[to] == '"' {
 					heldRaw = p.doc[from:to]
 				}
 				continue
 			}
-			held, content, matched = false, r.Value(), 0
+			held, content = false, r.Value()
 		case FieldToolCalls:
 			toolCalls = r.Value()
 		default:
@@ -976,13 +984,16 @@ func (p *Parser) message(r *jsonx.Reader) {
 		}
 		p.head(role)
 	}
-	if held {
+	switch {
+	case held && heldAt >= 0:
+		p.emitText(p.at(&p.sub, heldAt), token)
+	case held:
 		p.emitHeld(heldRaw)
 	}
 	switch content.Kind {
 	case jsonx.None, jsonx.Null:
 	case jsonx.String:
-		p.emitText(p.at(&p.sub, content.Off), matched)
+		p.emitString(p.at(&p.sub, content.Off))
 	case jsonx.Array:
 		p.parts(p.at(&p.sub, content.Off))
 	default:
