@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"testing"
 )
 
@@ -230,22 +231,29 @@ func TestMemoEvictsLeastRecentlyUsed(t *testing.T) {
 	}
 }
 
+// TestSameBytes: both comparisons find a difference at any byte, for
+// lengths around their word, stride and tail sizes.
 func TestSameBytes(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
-	for n := range 100 {
-		a := memoText(rng, n)
-		if !sameBytes(a, slices.Clone(a)) {
-			t.Fatalf("sameBytes(%q, copy) = false", a)
-		}
-		for i := range n {
-			b := slices.Clone(a)
-			b[i] ^= 0x80
-			if sameBytes(a, b) != bytes.Equal(a, b) {
-				t.Fatalf("sameBytes with byte %d of %d changed = true", i, n)
+	for _, same := range []struct {
+		name string
+		f    func(a, b []byte) bool
+	}{{"sameBytes", sameBytes}, {"sameSource", sameSource}} {
+		for _, n := range []int{0, 1, 7, 8, 31, 63, 64, 65, 100, 1023, 1024, 1025, 1100, 3000} {
+			a := memoText(rng, n)
+			if !same.f(a, slices.Clone(a)) {
+				t.Fatalf("%s(%d bytes, a copy) = false", same.name, n)
 			}
-		}
-		if n > 0 && sameBytes(a, a[:n-1]) {
-			t.Fatalf("sameBytes of %d and %d bytes = true", n, n-1)
+			for i := range n {
+				b := slices.Clone(a)
+				b[i] ^= 0x80
+				if same.f(a, b) != bytes.Equal(a, b) {
+					t.Fatalf("%s with byte %d of %d changed = true", same.name, i, n)
+				}
+			}
+			if n > 0 && same.f(a, a[:n-1]) {
+				t.Fatalf("%s of %d and %d bytes = true", same.name, n, n-1)
+			}
 		}
 	}
 }
@@ -307,5 +315,42 @@ func TestMemoMatchToken(t *testing.T) {
 	h.ResetDeferred()
 	if _, _, ok := m.Recall(restA, '"', token); ok {
 		t.Fatal("Recall(a, a token of the slot's earlier step) = true, want false (b is remembered now)")
+	}
+}
+
+// BenchmarkMemoMissTemplated is a Recall and a Match that find nothing
+// among 16 remembered 32 KB texts of one length that differ only near
+// their end (a templated system prompt ending with the user's name or the
+// date): each is checked before the text is decoded.
+func BenchmarkMemoMissTemplated(b *testing.B) {
+	for _, back := range []int{1, 100} { // the differing byte's distance from the end
+		b.Run(strconv.Itoa(back), func(b *testing.B) {
+			rng := rand.New(rand.NewPCG(15, 16))
+			text := memoText(rng, 32<<10)
+			var m PrefixMemo
+			var h PrefixHasher
+			m.Init(&h, DefaultMemoSteps, 1<<20, 0)
+			for i := range DefaultMemoSteps {
+				t := slices.Clone(text)
+				t[len(t)-back] = 'A' + byte(i)
+				h.ResetDeferred()
+				m.Begin()
+				m.Write(t)
+				m.End(t)
+			}
+			rest := append(slices.Clone(text), '"')
+			rest[len(text)-back] = '0'
+			b.ReportAllocs()
+			b.SetBytes(int64(len(text)))
+			for b.Loop() {
+				h.ResetDeferred()
+				if _, _, ok := m.Recall(rest, '"', 0); ok {
+					b.Fatal("replayed a text that differs")
+				}
+				if _, _, ok := m.Match(rest, '"'); ok {
+					b.Fatal("matched a text that differs")
+				}
+			}
+		})
 	}
 }
