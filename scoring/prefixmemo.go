@@ -25,7 +25,7 @@ package scoring
 type PrefixMemo struct {
 	h        *PrefixHasher
 	steps    []memoStep
-	budget   int // source bytes held at most
+	budget   int // source bytes held at most (the slots' capacity)
 	held     int // source bytes held
 	minBytes int // shorter sources are not worth a step
 	clock    uint64
@@ -59,7 +59,8 @@ const (
 	// DefaultMemoSteps is how many texts a memo remembers: a few system
 	// prompts and the long turns of the conversations in flight.
 	DefaultMemoSteps = 16
-	// DefaultMemoBudgetBytes bounds the sources held (512 KiB per VM).
+	// DefaultMemoBudgetBytes bounds the sources held (512 KiB per VM;
+	// their block hashes add an eighth at 64-character blocks).
 	DefaultMemoBudgetBytes = 512 << 10
 	// maxMemoSteps bounds the slots: a Match token holds the slot in a byte.
 	maxMemoSteps = 255
