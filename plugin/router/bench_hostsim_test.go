@@ -405,6 +405,53 @@ func BenchmarkRequestPathReplay64(b *testing.B) {
 	}
 }
 
+// BenchmarkResponseChunk64 times one streamed token event (one
+// proxy_on_response_body with one SSE chunk) of a routed request, 200 per
+// response as a long answer streams them: the module's own time per chunk
+// (guest-ns/chunk, hostsim.Options.TimeGuest) and the wall time
+// (wall-ns/chunk). A response costs the module this once per token.
+func BenchmarkResponseChunk64(b *testing.B) {
+	const chunksPerResponse = 200
+	f := newBenchFleet(b, hostsim.Options{TimeGuest: true})
+	f.warm(benchWarmup)
+	vm := f.vms[0]
+	var guest, wall time.Duration
+	chunks := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		s, err := f.roots[0].NewStream()
+		if err != nil {
+			b.Fatalf("NewStream = %v", err)
+		}
+		if _, err := s.RequestHeaders(benchRequestHeaders, false); err != nil {
+			b.Fatalf("RequestHeaders = %v", err)
+		}
+		if _, err := s.RequestBody(f.bodies[chunks%len(f.bodies)], true); err != nil {
+			b.Fatalf("RequestBody = %v", err)
+		}
+		if _, err := s.ResponseHeaders(benchResponseHeaders, false); err != nil {
+			b.Fatalf("ResponseHeaders = %v", err)
+		}
+		for range chunksPerResponse {
+			g0, t0 := vm.GuestTime(), time.Now()
+			if _, err := s.ResponseBody(sseChunk, false); err != nil {
+				b.Fatalf("ResponseBody = %v", err)
+			}
+			guest += vm.GuestTime() - g0
+			wall += time.Since(t0)
+			chunks++
+		}
+		if _, err := s.ResponseBody(sseDone, true); err != nil {
+			b.Fatalf("ResponseBody = %v", err)
+		}
+		if err := s.Done(); err != nil {
+			b.Fatalf("Done = %v", err)
+		}
+	}
+	b.ReportMetric(float64(guest.Nanoseconds())/float64(chunks), "guest-ns/chunk")
+	b.ReportMetric(float64(wall.Nanoseconds())/float64(chunks), "wall-ns/chunk")
+}
+
 func benchRequestPath(b *testing.B, opts hostsim.Options) {
 	runtime.LockOSThread() // threadCPU measures this thread
 	defer runtime.UnlockOSThread()
