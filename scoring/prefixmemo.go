@@ -199,7 +199,7 @@ func (m *PrefixMemo) Recall(rest []byte, end byte, token uint64) (srcLen, chars 
 		if s.used == 0 || n >= len(rest) || rest[n] != end || s.fromPrev != h.prev ||
 			s.blockChars != h.blockChars || len(s.fromTail) != h.fill ||
 			len(h.chain)+len(s.raws) > min(h.maxBlocks, cap(h.chain)) ||
-			!sameBytes(s.fromTail, h.buf[:h.fill]) || !matched && !sameSource(s.src, rest[:n]) {
+			!SameBytes(s.fromTail, h.buf[:h.fill]) || !matched && !sameSource(s.src, rest[:n]) {
 			continue
 		}
 		m.clock++
@@ -267,14 +267,15 @@ func sameSource(src, text []byte) bool {
 		}
 	}
 	tail := max(n-1024, 0)
-	return sameBytes(src[tail:], text[tail:]) && sameBytes(src[:tail], text[:tail])
+	return SameBytes(src[tail:], text[tail:]) && SameBytes(src[:tail], text[:tail])
 }
 
-// sameBytes reports whether a and b are equal, 64 bytes a step: under
-// wasm bytes.Equal runs Go's byte-at-a-time memequal (internal/bytealg's
-// equal_wasm.s), which took 32.6 µs for 32 KB under wazero against
-// 2.8 µs here.
-func sameBytes(a, b []byte) bool {
+// SameBytes reports whether a and b are equal, 64 bytes a step: under
+// wasm bytes.Equal (and comparing strings) runs Go's byte-at-a-time
+// memequal (internal/bytealg's equal_wasm.s), which took 32.6 µs for 32 KB
+// under wazero against 2.8 µs here. The plugin compares prompt and event
+// bytes with it.
+func SameBytes(a, b []byte) bool {
 	if len(a) != len(b) {
 		return false
 	}

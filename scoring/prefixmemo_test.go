@@ -238,7 +238,7 @@ func TestSameBytes(t *testing.T) {
 	for _, same := range []struct {
 		name string
 		f    func(a, b []byte) bool
-	}{{"sameBytes", sameBytes}, {"sameSource", sameSource}} {
+	}{{"SameBytes", SameBytes}, {"sameSource", sameSource}} {
 		for _, n := range []int{0, 1, 7, 8, 31, 63, 64, 65, 100, 1023, 1024, 1025, 1100, 3000} {
 			a := memoText(rng, n)
 			if !same.f(a, slices.Clone(a)) {

@@ -167,3 +167,67 @@ func TestFastEventTakes(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamTemplate: an event alike the last counted one but for its
+// text's contents is counted from the template; one that differs anywhere
+// else, or whose new contents are empty or not a valid string, is walked.
+func TestStreamTemplate(t *testing.T) {
+	const head = `{"id":"c","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":{"content":"`
+	const tail = `"},"logprobs":null,"finish_reason":null}]}`
+	tests := []struct {
+		name  string
+		event string
+		hit   bool
+	}{
+		{name: "other text", event: head + "world" + tail, hit: true},
+		{name: "escaped text", event: head + `a \"q\" \u00e9\n` + tail, hit: true},
+		{name: "empty text", event: head + tail},
+		{name: "quote in text", event: head + `a"b` + tail},
+		{name: "bad escape", event: head + `a\qb` + tail},
+		{name: "control byte", event: head + "a\x01b" + tail},
+		{name: "another id", event: strings.Replace(head, `"c"`, `"d"`, 1) + "x" + tail},
+		{name: "finished", event: head + "x" + strings.Replace(tail, "null}", `"stop"}`, 1)},
+		{name: "with usage", event: head + "x" + strings.TrimSuffix(tail, "}") + `,"usage":{"completion_tokens":3}}`},
+		{name: "cut", event: head + "x"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var c StreamCounter
+			c.Write([]byte("data: " + head + "Hello" + tail + "\n\n"))
+			if !c.tmplOK {
+				t.Fatal("no template after a plain token event")
+			}
+			if got := c.fromTemplate([]byte(tt.event)); got != tt.hit {
+				t.Fatalf("fromTemplate(%q) = %v, want %v", tt.event, got, tt.hit)
+			}
+		})
+	}
+}
+
+// FuzzStreamTemplate: a stream counts the same with templates as with
+// every event walked.
+func FuzzStreamTemplate(f *testing.F) {
+	f.Add(vllmChatStream, uint16(7))
+	tok := func(text, finish string) string {
+		return `data: {"id":"c","created":7,"model":"m","choices":[{"index":0,"delta":{"content":"` + text +
+			`"},"finish_reason":` + finish + "}]}\n\n"
+	}
+	f.Add(tok("a", "null")+tok("b", "null")+tok("", "null")+tok(`\"`, "null")+tok("c", `"stop"`)+"data: [DONE]\n\n", uint16(5))
+	f.Add(tok("a", "null")+tok("b\"", "null")+tok(`b\u00`, "null")+tok("d", "null"), uint16(64))
+	f.Add("data: {\"choices\":[{\"text\":\"a\"},{\"text\":\"\"}]}\n\ndata: {\"choices\":[{\"text\":\"b\"},{\"text\":\"\"}]}\n\n"+
+		"data: {\"choices\":[{\"text\":\"b\"},{\"text\":\"c\"}]}\n\n", uint16(3))
+	f.Add("data: {\"choices\":[{\"delta\":{\"content\":\"a\",\"tool_calls\":[{}]}}]}\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"b\",\"tool_calls\":[{}]}}]}\n\n", uint16(9))
+	f.Fuzz(func(t *testing.T, stream string, split uint16) {
+		var fast, walked StreamCounter
+		walked.noTemplate = true
+		b := []byte(stream)
+		step := int(split%64) + 1
+		for i := 0; i < len(b); i += step {
+			fast.Write(b[i:min(i+step, len(b))])
+			walked.Write(b[i:min(i+step, len(b))])
+		}
+		if got, want := counts(&fast), counts(&walked); got != want {
+			t.Fatalf("StreamCounter(%q) with templates = %+v, walking every event %+v", stream, got, want)
+		}
+	})
+}

@@ -28,6 +28,10 @@ type eventCounts struct {
 	hasUsage bool
 	usageC   int64 // largest completion_tokens of the event's usage objects
 	usageP   int64
+	// textFrom and textTo delimit the raw contents of the first choice's
+	// generated text (its delta's "content", or its "text") when it is
+	// not empty; equal (0) otherwise.
+	textFrom, textTo int
 }
 
 // fastEvent reads the data event d. ok is false when d is not a plain,
@@ -55,13 +59,17 @@ func fastEvent(d []byte) (ev eventCounts, ok bool) {
 					i++
 					break
 				}
-				for {
+				for first := true; ; first = false {
 					if i >= len(d) {
 						return ev, false
 					}
 					if d[i] == '{' {
 						var hit, fin bool
-						if i, hit, fin = fastChoice(d, i); i < 0 {
+						text := &ev // where the first choice's text span goes
+						if !first {
+							text = nil
+						}
+						if i, hit, fin = fastChoice(d, i, text); i < 0 {
 							return ev, false
 						}
 						if hit {
@@ -147,7 +155,7 @@ func fastKey(d []byte, i int) (key []byte, v int) {
 
 // fastChoice reads the choice object at d[i]: the offset after it, whether
 // it carried generated text, and whether it had a non-null finish_reason.
-func fastChoice(d []byte, i int) (end int, hit, finished bool) {
+func fastChoice(d []byte, i int, text *eventCounts) (end int, hit, finished bool) {
 	i = skipWS(d, i+1)
 	if i < len(d) && d[i] == '}' {
 		return i + 1, false, false
@@ -179,11 +187,15 @@ func fastChoice(d []byte, i int) (end int, hit, finished bool) {
 				i = v
 				switch string(key) {
 				case FieldContent, FieldReasoning, FieldReasoning2:
-					var text bool
-					if i, text = textValue(d, i, 4); i < 0 {
+					start := i
+					var some bool
+					if i, some = textValue(d, i, 4); i < 0 {
 						return -1, false, false
 					}
-					hit = hit || text
+					hit = hit || some
+					if string(key) == FieldContent {
+						text.setText(start+1, i-1, some)
+					}
 				case FieldToolCalls:
 					if d[i] == '[' {
 						if j := skipWS(d, i+1); j < len(d) && d[j] != ']' {
@@ -211,11 +223,13 @@ func fastChoice(d []byte, i int) (end int, hit, finished bool) {
 				i = skipWS(d, i+1)
 			}
 		case FieldText:
-			var text bool
-			if i, text = textValue(d, i, 3); i < 0 {
+			start := i
+			var some bool
+			if i, some = textValue(d, i, 3); i < 0 {
 				return -1, false, false
 			}
-			hit = hit || text
+			hit = hit || some
+			text.setText(start+1, i-1, some)
 		case FieldFinish:
 			if d[i] != 'n' { // a valid value starting with 'n' is null
 				finished = true
@@ -277,6 +291,15 @@ func fastUsage(d []byte, i int) (end int, u Usage, ok bool) {
 			return -1, Usage{}, false
 		}
 		i = skipWS(d, i+1)
+	}
+}
+
+// setText records the span of the first choice's text: ev is nil for the
+// other choices, some false for an empty or null text, and a repeated key
+// keeps the first span.
+func (ev *eventCounts) setText(from, to int, some bool) {
+	if ev != nil && some && ev.textTo == 0 {
+		ev.textFrom, ev.textTo = from, to
 	}
 }
 
