@@ -155,6 +155,8 @@ func fastKey(d []byte, i int) (key []byte, v int) {
 
 // fastChoice reads the choice object at d[i]: the offset after it, whether
 // it carried generated text, and whether it had a non-null finish_reason.
+// With text not nil (the first choice) it records there the span of its
+// "content" or "text" (setText).
 func fastChoice(d []byte, i int, text *eventCounts) (end int, hit, finished bool) {
 	i = skipWS(d, i+1)
 	if i < len(d) && d[i] == '}' {
