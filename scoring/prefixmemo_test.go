@@ -17,6 +17,16 @@ func memoText(rng *rand.Rand, n int) []byte {
 	return b
 }
 
+// remember has m record text written after head on a fresh unseeded
+// prompt of its hasher.
+func remember(m *PrefixMemo, head, text []byte) {
+	m.h.ResetDeferred()
+	m.h.Write(head)
+	m.Begin()
+	m.Write(text)
+	m.End(text)
+}
+
 // sameHasher fails unless a and b hold the same chain and characters and
 // stay equal when the same suffix is written to both (which tests the
 // unseeded chain value and the partial block).
@@ -46,11 +56,7 @@ func TestMemoReplayEqualsWriting(t *testing.T) {
 		var m PrefixMemo
 		var rec PrefixHasher
 		m.Init(&rec, 4, 1<<20, 64)
-		rec.ResetDeferred()
-		rec.Write(head)
-		m.Begin()
-		m.Write(text)
-		m.End(text)
+		remember(&m, head, text)
 
 		var want, got PrefixHasher
 		seeded := round%2 == 1
@@ -85,11 +91,7 @@ func TestMemoReplayDeclines(t *testing.T) {
 	record := func(m *PrefixMemo) {
 		var h PrefixHasher
 		m.Init(&h, 4, 1<<20, 64)
-		h.ResetDeferred()
-		h.Write(head)
-		m.Begin()
-		m.Write(text)
-		m.End(text)
+		remember(m, head, text)
 	}
 	changed := func(b []byte, i int) []byte {
 		c := slices.Clone(b)
@@ -206,19 +208,13 @@ func TestMemoEvictsLeastRecentlyUsed(t *testing.T) {
 				_, _, ok := m.Recall(append(slices.Clone(text), '"'), '"', 0)
 				return ok
 			}
-			record := func(text []byte) {
-				h.ResetDeferred()
-				m.Begin()
-				m.Write(text)
-				m.End(text)
-			}
-			record(texts[0])
-			record(texts[1])
-			record(texts[2])
+			remember(&m, nil, texts[0])
+			remember(&m, nil, texts[1])
+			remember(&m, nil, texts[2])
 			if !replay(texts[0]) {
 				t.Fatal("text 0 not replayed before the eviction")
 			}
-			record(texts[3])
+			remember(&m, nil, texts[3])
 			for i, want := range tt.want {
 				if got := replay(texts[i]); got != want {
 					t.Errorf("replay(text %d) = %v, want %v", i, got, want)
@@ -266,10 +262,7 @@ func BenchmarkMemoReplay32KB(b *testing.B) {
 	var m PrefixMemo
 	var h PrefixHasher
 	m.Init(&h, 0, 0, 0)
-	h.ResetDeferred()
-	m.Begin()
-	m.Write(text)
-	m.End(text)
+	remember(&m, nil, text)
 	rest := append(slices.Clone(text), '"')
 	b.ReportAllocs()
 	b.SetBytes(int64(len(text)))
@@ -290,14 +283,8 @@ func TestMemoMatchToken(t *testing.T) {
 	var m PrefixMemo
 	var h PrefixHasher
 	m.Init(&h, 1, 1<<20, 64)
-	record := func(text []byte) {
-		h.ResetDeferred()
-		m.Begin()
-		m.Write(text)
-		m.End(text)
-	}
 	restA := append(slices.Clone(a), '"')
-	record(a)
+	remember(&m, nil, a)
 	n, token, ok := m.Match(restA, '"')
 	if !ok || n != len(a) || token == 0 {
 		t.Fatalf("Match(a) = %d, %#x, %v; want %d, a token, true", n, token, ok, len(a))
@@ -311,7 +298,7 @@ func TestMemoMatchToken(t *testing.T) {
 	want.Write(a)
 	sameHasher(t, "replay by token", &h, &want, b[:100])
 
-	record(b) // the only slot now holds b: a's token is stale
+	remember(&m, nil, b) // the only slot now holds b: a's token is stale
 	h.ResetDeferred()
 	if _, _, ok := m.Recall(restA, '"', token); ok {
 		t.Fatal("Recall(a, a token of the slot's earlier step) = true, want false (b is remembered now)")
@@ -333,10 +320,7 @@ func BenchmarkMemoMissTemplated(b *testing.B) {
 			for i := range DefaultMemoSteps {
 				t := slices.Clone(text)
 				t[len(t)-back] = 'A' + byte(i)
-				h.ResetDeferred()
-				m.Begin()
-				m.Write(t)
-				m.End(t)
+				remember(&m, nil, t)
 			}
 			rest := append(slices.Clone(text), '"')
 			rest[len(text)-back] = '0'
