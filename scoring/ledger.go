@@ -198,7 +198,7 @@ func doneIn(fromNanos, untilNanos, nowNanos int64) float64 {
 type repAcc struct {
 	Work
 	syncedSnap int64 // the ScrapedNanos Unseen* refer to
-	resync     bool  // SyncSnapshots is recounting Unseen*
+	resync     bool  // Unseen* are being recounted (recountUnseen)
 	rate       Rate  // dispatches per second
 	prefillGroups
 }
@@ -1122,28 +1122,15 @@ func (l *Ledger) SyncSnapshots(replicas []Replica) {
 	if l == nil {
 		return
 	}
-	n := min(len(replicas), len(l.reps))
 	stale := false
-	for i := range n {
-		if r := &l.reps[i]; r.syncedSnap != replicas[i].ScrapedNanos {
-			r.syncedSnap, r.UnseenN, r.UnseenTokens, r.resync = replicas[i].ScrapedNanos, 0, 0, true
+	for i := range min(len(replicas), len(l.reps)) {
+		if l.reps[i].syncedSnap != replicas[i].ScrapedNanos {
+			l.resync(i, replicas[i].ScrapedNanos)
 			stale = true
 		}
 	}
-	if !stale {
-		return
-	}
-	for _, slot := range l.live {
-		f := &l.flights[slot]
-		if i := int(f.replica); i >= 0 && i < n {
-			if r := &l.reps[i]; r.resync && f.dispatched > r.syncedSnap {
-				r.UnseenN++
-				r.UnseenTokens += f.prefill
-			}
-		}
-	}
-	for i := range n {
-		l.reps[i].resync = false
+	if stale {
+		l.recountUnseen()
 	}
 }
 
@@ -1151,14 +1138,31 @@ func (l *Ledger) SyncSnapshots(replicas []Replica) {
 // requests dispatched before the scrape are now in the reported counts.
 // Once per scrape per replica; O(in-flight).
 func (l *Ledger) sync(replica int, snapNanos int64) {
+	l.resync(replica, snapNanos)
+	l.recountUnseen()
+}
+
+// resync marks replica's unseen work for recounting against a snapshot
+// taken at snapNanos.
+func (l *Ledger) resync(replica int, snapNanos int64) {
 	r := &l.reps[replica]
-	r.syncedSnap = snapNanos
-	r.UnseenN, r.UnseenTokens = 0, 0
+	r.syncedSnap, r.UnseenN, r.UnseenTokens, r.resync = snapNanos, 0, 0, true
+}
+
+// recountUnseen counts, in one pass over the requests in flight, the unseen
+// work of the replicas marked by resync: the requests dispatched after
+// their snapshot.
+func (l *Ledger) recountUnseen() {
 	for _, slot := range l.live {
 		f := &l.flights[slot]
-		if int(f.replica) == replica && f.dispatched > snapNanos {
-			r.UnseenN++
-			r.UnseenTokens += f.prefill
+		if i := int(f.replica); i >= 0 && i < len(l.reps) {
+			if r := &l.reps[i]; r.resync && f.dispatched > r.syncedSnap {
+				r.UnseenN++
+				r.UnseenTokens += f.prefill
+			}
 		}
+	}
+	for i := range l.reps {
+		l.reps[i].resync = false
 	}
 }

@@ -249,5 +249,18 @@ func TestSyncSnapshotsMatchesSync(t *testing.T) {
 		if one.reps[0].UnseenN == 0 && snap[0] == 5*sec {
 			t.Errorf("snapshots %d: replica 0 has nothing unseen after a snapshot at 5 s, want the later dispatches", k)
 		}
+		// What build dispatched: a snapshot taken at a dispatch's instant
+		// (5 s on replica 0, 12 s on replica 2) has seen it.
+		for r := range reps {
+			var n, tokens int64
+			for i := range 40 {
+				if i%5 == r && i%7 != 0 && int64(i)*sec > snap[r] {
+					n, tokens = n+1, tokens+int64(90+i)
+				}
+			}
+			if got := one.reps[r]; int64(got.UnseenN) != n || int64(got.UnseenTokens) != tokens {
+				t.Errorf("snapshots %d, replica %d: unseen %d / %d tokens, want %d / %d", k, r, got.UnseenN, got.UnseenTokens, n, tokens)
+			}
+		}
 	}
 }
