@@ -1,6 +1,10 @@
 package fleet
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/gpuroute/gpuroute/scoring"
+)
 
 // Steady state: the leader re-encodes into a reused buffer and readers decode
 // into a reused Snapshot every time the CAS changes; neither may allocate.
@@ -116,5 +120,51 @@ func BenchmarkBoardUpdatePatch64(b *testing.B) {
 		w.PutEntry(buf, int(w.WrittenNanos%64))
 		cas++
 		_ = board.Update(2, cas, buf)
+	}
+}
+
+// BenchmarkBoardGather and BenchmarkBoardSum: a worker's per-request view
+// of the other workers' work (an Envoy of 8 workers, 256 replicas) after
+// one of them republished one entry: Gather sums again what moved, Sum
+// the whole board. One entry in 16 has a prefill window (the 64-replica
+// request-path benchmark sums ~4 entries a request), which Gather sums
+// again every time.
+func BenchmarkBoardGather(b *testing.B) { benchBoardView(b, true) }
+
+func BenchmarkBoardSum(b *testing.B) { benchBoardView(b, false) }
+
+func benchBoardView(b *testing.B, gather bool) {
+	const workers, replicas = 8, 256
+	var board Board
+	board.ConfigID = 1
+	recs := make([]*WorkRecord, workers)
+	bufs := make([][]byte, workers)
+	for k := range recs {
+		recs[k] = testRecord(uint64(k+1), 1, 1, replicas)
+		for i := range recs[k].Work {
+			if i%16 != 0 {
+				recs[k].Work[i].RunFromNanos, recs[k].Work[i].RunUntilNanos = 0, 0
+			}
+		}
+		recs[k].NextPublish()
+		bufs[k], _ = recs[k].AppendBinary(nil)
+		_ = board.Update(uint64(k+1), 1, bufs[k])
+	}
+	out := make([]scoring.Work, replicas)
+	now, cas := int64(1), uint32(1)
+	b.ReportAllocs()
+	for b.Loop() {
+		now++
+		k := int(now) % (workers - 1)
+		recs[k].WrittenNanos = now
+		recs[k].PutEntry(bufs[k], int(now)%replicas)
+		cas++
+		_ = board.Update(uint64(k+1), cas, bufs[k])
+		if gather {
+			board.Gather(workers, now, 1<<40, replicas)
+		} else {
+			clear(out)
+			board.Sum(workers, now, 1<<40, out)
+		}
 	}
 }

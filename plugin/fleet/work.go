@@ -2,6 +2,8 @@ package fleet
 
 import (
 	"math"
+	"math/bits"
+	"slices"
 	"strconv"
 
 	"github.com/gpuroute/gpuroute/scoring"
@@ -301,8 +303,9 @@ func readPatches(dst []uint16, p []byte) []uint16 {
 // worker, configuration and shape; the publishes since w's Seq all among
 // b's patches): it reads those entries and WrittenNanos only. It reports
 // false, leaving w alone, when b is anything else or an entry it would read
-// is invalid (the caller then decodes b whole).
-func (w *WorkRecord) applyPatches(b []byte) bool {
+// is invalid (the caller then decodes b whole). It calls rewrote with each
+// entry it rewrites.
+func (w *WorkRecord) applyPatches(b []byte, rewrote func(entry int)) bool {
 	n := len(w.Work)
 	if len(b) != workHeaderLen+n*workEntryLen || string(b[:4]) != magicWork || b[4] != Version {
 		return false
@@ -326,7 +329,9 @@ func (w *WorkRecord) applyPatches(b []byte) bool {
 		}
 	}
 	for j := k - int(missed); j < k; j++ {
-		w.Work[int(patches[1+2*j])|int(patches[2+2*j])<<8] = x[j]
+		i := int(patches[1+2*j]) | int(patches[2+2*j])<<8
+		w.Work[i] = x[j]
+		rewrote(i)
 	}
 	w.WrittenNanos, w.Seq = written, seq
 	w.Patches = readPatches(w.Patches[:0], patches)
@@ -343,6 +348,19 @@ type Board struct {
 	// ConfigID filters records: Sum counts only records with this ConfigID.
 	ConfigID uint64
 	peers    []peer
+
+	// Gather's state: the sums it returned, which entries moved since
+	// (patched: dirty; everything: stale), which sums depend on the clock
+	// (timed, a bit per entry), and what it counted, to notice when the
+	// set of counted records changes.
+	sum           []scoring.Work
+	changed       []int
+	dirty         []uint16
+	stale         bool
+	timed, marked []uint64
+	counted       []uint64  // worker ids, in peer order
+	wasCounted    []uint64  // the previous Gather's
+	gatheredFor   [2]uint64 // me and ConfigID of the last Gather
 }
 
 type peer struct {
@@ -396,8 +414,13 @@ func (b *Board) Update(worker uint64, cas uint32, value []byte) error {
 			err = &codecError{msg: "fleet: work record worker " + strconv.FormatUint(id, 16) + ": read under the key of worker " + strconv.FormatUint(worker, 16), kind: ErrInvalid}
 		}
 	}
-	if err == nil && (added || !p.rec.applyPatches(value)) {
+	if err == nil && !added && p.rec.applyPatches(value, b.markDirty) {
+		p.cas = cas
+		return nil
+	}
+	if err == nil {
 		err = p.rec.Decode(value) // leaves p.rec unchanged on error
+		b.stale = true
 	}
 	if err != nil {
 		if added {
@@ -447,10 +470,7 @@ func (b *Board) Sum(me uint64, nowNanos, maxAgeNanos int64, out []scoring.Work) 
 	added := 0
 	for i := range b.peers {
 		rec := &b.peers[i].rec
-		if rec.Worker == me || rec.ConfigID != b.ConfigID || len(rec.Work) != len(out) {
-			continue
-		}
-		if d := subSat(nowNanos, rec.WrittenNanos); d > maxAgeNanos || d < -maxAgeNanos {
+		if !b.counts(rec, me, nowNanos, maxAgeNanos, len(out)) {
 			continue
 		}
 		for j := range out {
@@ -459,6 +479,96 @@ func (b *Board) Sum(me uint64, nowNanos, maxAgeNanos int64, out []scoring.Work) 
 		added++
 	}
 	return added
+}
+
+// Gather returns what Sum would add into n zeroed entries, kept by the
+// board, and which of them changed since the previous Gather (all: every
+// one; the slices alias the board until the next Gather). Only the entries
+// a patch rewrote and those whose sum depends on the clock (a peer's
+// prefill window: Work.AddAt) are summed again, unless the records counted
+// changed (one decoded whole, added, dropped, expired or come back) or me,
+// ConfigID or n did: then all are. A worker deciding on every request
+// thereby sums the few replicas the other workers' last requests touched,
+// not the fleet. Steady state does not allocate.
+func (b *Board) Gather(me uint64, nowNanos, maxAgeNanos int64, n int) (sum []scoring.Work, changed []int, all bool) {
+	b.counted, b.wasCounted = b.wasCounted[:0], b.counted
+	for i := range b.peers {
+		if rec := &b.peers[i].rec; b.counts(rec, me, nowNanos, maxAgeNanos, n) {
+			b.counted = append(b.counted, rec.Worker)
+		}
+	}
+	words := (n + 63) / 64
+	if len(b.sum) != n || b.gatheredFor != [2]uint64{me, b.ConfigID} || !slices.Equal(b.counted, b.wasCounted) {
+		b.stale = true
+		b.gatheredFor = [2]uint64{me, b.ConfigID}
+		b.sum = slices.Grow(b.sum[:0], n)[:n]
+		b.timed = slices.Grow(b.timed[:0], words)[:words]
+		b.marked = slices.Grow(b.marked[:0], words)[:words]
+	}
+	b.changed = b.changed[:0]
+	if b.stale || len(b.dirty) > n {
+		b.stale, b.dirty = false, b.dirty[:0]
+		for j := range n {
+			b.sumEntry(j, me, nowNanos, maxAgeNanos)
+		}
+		return b.sum, nil, true
+	}
+	clear(b.marked)
+	for _, j := range b.dirty {
+		if int(j) < n {
+			b.marked[j/64] |= 1 << (j % 64)
+		}
+	}
+	b.dirty = b.dirty[:0]
+	for w := range words {
+		for m := b.marked[w] | b.timed[w]; m != 0; m &= m - 1 {
+			j := w*64 + bits.TrailingZeros64(m)
+			b.sumEntry(j, me, nowNanos, maxAgeNanos)
+			b.changed = append(b.changed, j)
+		}
+	}
+	return b.sum, b.changed, false
+}
+
+// counts reports whether Sum and Gather count rec.
+func (b *Board) counts(rec *WorkRecord, me uint64, nowNanos, maxAgeNanos int64, n int) bool {
+	if rec.Worker == me || rec.ConfigID != b.ConfigID || len(rec.Work) != n {
+		return false
+	}
+	d := subSat(nowNanos, rec.WrittenNanos)
+	return d <= maxAgeNanos && d >= -maxAgeNanos
+}
+
+// sumEntry sets Gather's sum of entry j over the counted records, in
+// Sum's order (so the float sums are the same), and whether it is timed.
+func (b *Board) sumEntry(j int, me uint64, nowNanos, maxAgeNanos int64) {
+	w := &b.sum[j]
+	*w = scoring.Work{}
+	timed := false
+	for i := range b.peers {
+		rec := &b.peers[i].rec
+		if !b.counts(rec, me, nowNanos, maxAgeNanos, len(b.sum)) {
+			continue
+		}
+		o := &rec.Work[j]
+		w.AddAt(o, nowNanos)
+		timed = timed || o.RunFromNanos > 0
+	}
+	bit := uint64(1) << (j % 64)
+	if timed {
+		b.timed[j/64] |= bit
+	} else {
+		b.timed[j/64] &^= bit
+	}
+}
+
+// markDirty notes that a patch rewrote entry j of a peer's record.
+func (b *Board) markDirty(j int) {
+	if len(b.dirty) < MaxReplicas {
+		b.dirty = append(b.dirty, uint16(j))
+	} else {
+		b.stale = true
+	}
 }
 
 // Record returns the stored record of worker, or nil. It aliases the board

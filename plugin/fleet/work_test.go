@@ -3,6 +3,7 @@ package fleet
 import (
 	"bytes"
 	"errors"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -447,9 +448,145 @@ func TestApplyPatchesTakes(t *testing.T) {
 				w.Work[i].QueuedN += 5
 			}
 			buf = tt.publish(w, buf)
-			if got := held.applyPatches(buf); got != tt.want {
+			if got := held.applyPatches(buf, func(int) {}); got != tt.want {
 				t.Errorf("applyPatches after %s = %v, want %v", tt.name, got, tt.want)
 			}
 		})
+	}
+}
+
+// TestBoardGatherMatchesSum: a reader that keeps its copy of the peers'
+// work by Gather's changed entries holds, after every step, exactly what
+// summing every record anew gives, while writers patch and republish,
+// windows open and close, records expire and come back, a peer leaves the
+// registry and one switches configuration.
+func TestBoardGatherMatchesSum(t *testing.T) {
+	const (
+		n      = 70 // entries span two bitset words
+		me     = 9
+		cfg    = 4
+		maxAge = 1000
+	)
+	rng := rand.New(rand.NewPCG(1, 2))
+	writers := []*WorkRecord{testRecord(3, 0, cfg, n), testRecord(5, 0, cfg, n), testRecord(7, 0, cfg, n)}
+	bufs := make([][]byte, len(writers))
+	cas := make([]uint32, len(writers))
+	now := int64(10_000)
+	randomWork := func() scoring.Work {
+		w := scoring.Work{QueuedN: rng.Int64N(3), QueuedTokens: rng.Int64N(5000), DecodeN: rng.Int64N(4),
+			DecodeTokens: rng.Int64N(900), ArrivalPerSec: rng.Float64() * 3}
+		if rng.IntN(2) == 0 { // a prefill window around now
+			w.RunFromNanos = now - rng.Int64N(300)
+			w.RunUntilNanos = now + rng.Int64N(300)
+			w.PendingN = rng.Int64N(2)
+		}
+		return w
+	}
+	for k, w := range writers {
+		w.WrittenNanos = now
+		w.NextPublish()
+		bufs[k], _ = w.AppendBinary(nil)
+	}
+	var b Board
+	b.ConfigID = cfg
+	registry := []uint64{3, 5, 7, me}
+	mine := make([]scoring.Work, n)
+	want := make([]scoring.Work, n)
+	var partial, whole int
+	for step := range 3000 {
+		now += rng.Int64N(120)
+		k := rng.IntN(len(writers))
+		w := writers[k]
+		switch op := rng.IntN(20); {
+		case op < 14: // patch one to three entries
+			w.WrittenNanos = now
+			for range 1 + rng.IntN(3) {
+				i := rng.IntN(n)
+				w.Work[i] = randomWork()
+				if !w.PutEntry(bufs[k], i) {
+					t.Fatalf("step %d: PutEntry(%d) = false", step, i)
+				}
+			}
+		case op < 17: // a whole publish
+			w.WrittenNanos = now
+			w.ConfigID = cfg
+			if rng.IntN(8) == 0 {
+				w.ConfigID = cfg + 1
+			}
+			w.NextPublish()
+			bufs[k], _ = w.AppendBinary(bufs[k][:0])
+		case op == 17: // the writer goes quiet long enough to expire
+			now += maxAge / 2
+		case op == 18: // it leaves the registry, or comes back
+			if slices.Contains(registry, w.Worker) {
+				registry = slices.DeleteFunc(slices.Clone(registry), func(id uint64) bool { return id == w.Worker })
+			} else {
+				registry = append(registry, w.Worker)
+			}
+			b.Retain(registry)
+		}
+		for j, w := range writers {
+			if slices.Contains(registry, w.Worker) && rng.IntN(4) != 0 { // a reader sometimes misses publishes
+				cas[j]++
+				if err := b.Update(w.Worker, cas[j], bufs[j]); err != nil {
+					t.Fatalf("step %d: Update(%d) = %v", step, w.Worker, err)
+				}
+			}
+		}
+		sum, changed, all := b.Gather(me, now, maxAge, n)
+		if all {
+			copy(mine, sum)
+			whole++
+		} else {
+			for _, i := range changed {
+				mine[i] = sum[i]
+			}
+			partial++
+		}
+		clear(want)
+		b.Sum(me, now, maxAge, want)
+		for i := range want {
+			if mine[i] != want[i] {
+				t.Fatalf("step %d (all=%v, changed %v): entry %d gathered %+v, want %+v", step, all, changed, i, mine[i], want[i])
+			}
+		}
+	}
+	if partial < 1000 || whole < 100 {
+		t.Errorf("Gather summed part of the entries %d times and all %d times: the steps did not exercise both", partial, whole)
+	}
+}
+
+// TestBoardGatherPartial: after one patch, Gather sums the patched entry
+// and the entries with a window, not the rest.
+func TestBoardGatherPartial(t *testing.T) {
+	w := testRecord(3, 100, 1, 64)
+	for i := range w.Work {
+		w.Work[i].RunFromNanos, w.Work[i].RunUntilNanos = 0, 0
+	}
+	w.Work[40].RunFromNanos, w.Work[40].RunUntilNanos = 50, 500
+	w.NextPublish()
+	buf, _ := w.AppendBinary(nil)
+	var b Board
+	b.ConfigID = 1
+	_ = b.Update(3, 1, buf)
+	if _, _, all := b.Gather(9, 100, 1000, 64); !all {
+		t.Fatal("first Gather: all = false, want true")
+	}
+	w.Work[7].QueuedN++
+	w.WrittenNanos = 120
+	w.PutEntry(buf, 7)
+	_ = b.Update(3, 2, buf)
+	_, changed, all := b.Gather(9, 130, 1000, 64)
+	if all || !slices.Equal(changed, []int{7, 40}) {
+		t.Errorf("Gather after patching entry 7 = changed %v, all %v; want [7 40], false", changed, all)
+	}
+	allocs := testing.AllocsPerRun(100, func() {
+		w.WrittenNanos++
+		w.PutEntry(buf, int(w.WrittenNanos%64))
+		_ = b.Update(3, uint32(w.WrittenNanos), buf)
+		b.Gather(9, w.WrittenNanos, 1000, 64)
+	})
+	if allocs != 0 {
+		t.Errorf("Board.Update+Gather of a patch: %v allocs, want 0", allocs)
 	}
 }

@@ -372,6 +372,7 @@ func (r *root) publishRemoteWork(now int64) {
 	_ = proxy.SetSharedData(keyRemoteWork, buf, 0) // only the leader writes
 	copy(r.remoteWork, r.remote.Work)
 	r.remoteNanos = now
+	r.remoteGen++
 }
 
 // readRemoteWork takes the leader's sum of the peers' work (every tick, on
@@ -386,12 +387,14 @@ func (r *root) readRemoteWork(now int64) {
 			if r.remote.Decode(v) == nil && r.remote.ConfigID == r.configID {
 				copy(r.remoteWork, r.remote.Work)
 				r.remoteNanos = r.remote.WrittenNanos
+				r.remoteGen++
 			}
 		}
 	}
 	if r.remoteNanos != 0 && now-r.remoteNanos > r.peerWorkTTL() {
 		clear(r.remoteWork)
 		r.remoteNanos = 0
+		r.remoteGen++
 	}
 }
 

@@ -88,10 +88,15 @@ type root struct {
 	shareAppend  func(replica int, checkpoints []uint64)
 	shareScratch []uint64
 	board        fleet.Board
-	peerWork     []scoring.Work
-	record       fleet.WorkRecord
-	workBuf      []byte // record's encoding, patched in place per request
-	registry     fleet.Registry
+	// What Replica.PeerWork holds was gathered (gatherPeerWork) with the
+	// board or not, and with the peer gateways' sum of remoteGathered (a
+	// remoteGen): when either moves, every replica's is set again.
+	peerWorkSet    bool
+	localGathered  bool
+	remoteGathered uint64
+	record         fleet.WorkRecord
+	workBuf        []byte // record's encoding, patched in place per request
+	registry       fleet.Registry
 	// adapters and peerAdapters carry LoRA placements between workers.
 	adapters, peerAdapters fleet.AdapterRecord
 	registered             bool
@@ -134,6 +139,7 @@ type root struct {
 	remote        fleet.WorkRecord
 	remoteWork    []scoring.Work
 	remoteNanos   int64
+	remoteGen     uint64 // counts the changes of remoteWork
 	remoteCAS     uint32
 
 	// Passive health (passive.go): routed requests' outcomes per replica,
@@ -193,7 +199,6 @@ func (r *root) setup(cfg *config.Config) error {
 	r.parsers = make([]*metrics.Parser, n)
 	r.scrapeDone = r.scrapeCallbacks(n)
 	r.cached = make([]int, n)
-	r.peerWork = make([]scoring.Work, n)
 	names := make([]string, n)
 	for i := range cfg.Replicas {
 		names[i] = cfg.Replicas[i].Name + "\x00" + cfg.Replicas[i].AddressText

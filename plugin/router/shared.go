@@ -305,19 +305,41 @@ func (r *root) writeWork(now int64) {
 func (r *root) gatherPeerWork(now int64) {
 	local := r.worker != 0 && len(r.registry.Workers) > 1
 	if !local && r.remoteNanos == 0 {
+		r.peerWorkSet = false // what PeerWork holds is left as it was
 		return
 	}
-	clear(r.peerWork)
+	var sum []scoring.Work
+	var changed []int
+	all := !r.peerWorkSet || r.remoteGen != r.remoteGathered || local != r.localGathered
 	if local {
 		r.refreshBoard()
 		// A record older than a few lease lifetimes is a dead worker's.
-		r.board.Sum(r.worker, now, r.peerWorkTTL(), r.peerWork)
+		var every bool
+		sum, changed, every = r.board.Gather(r.worker, now, r.peerWorkTTL(), len(r.replicas))
+		all = all || every
 	}
-	for i := range r.replicas {
-		if r.remoteNanos != 0 {
-			r.peerWork[i].Add(&r.remoteWork[i])
+	r.peerWorkSet, r.remoteGathered, r.localGathered = true, r.remoteGen, local
+	if all {
+		for i := range r.replicas {
+			r.setPeerWork(i, sum)
 		}
-		r.replicas[i].PeerWork = r.peerWork[i]
+		return
+	}
+	for _, i := range changed {
+		r.setPeerWork(i, sum)
+	}
+}
+
+// setPeerWork sets replica i's PeerWork to the other workers' sum (nil:
+// none counted) plus the peer gateways'.
+func (r *root) setPeerWork(i int, sum []scoring.Work) {
+	w := &r.replicas[i].PeerWork
+	*w = scoring.Work{}
+	if sum != nil {
+		*w = sum[i]
+	}
+	if r.remoteNanos != 0 {
+		w.Add(&r.remoteWork[i])
 	}
 }
 
