@@ -358,9 +358,10 @@ type Board struct {
 	dirty         []uint16
 	stale         bool
 	timed, marked []uint64
-	counted       []uint64  // worker ids, in peer order
-	wasCounted    []uint64  // the previous Gather's
-	gatheredFor   [2]uint64 // me and ConfigID of the last Gather
+	counted       []uint64         // worker ids, in peer order
+	wasCounted    []uint64         // the previous Gather's
+	live          [][]scoring.Work // the counted records' Work, for this Gather
+	gatheredFor   [2]uint64        // me and ConfigID of the last Gather
 }
 
 type peer struct {
@@ -492,9 +493,11 @@ func (b *Board) Sum(me uint64, nowNanos, maxAgeNanos int64, out []scoring.Work) 
 // not the fleet. Steady state does not allocate.
 func (b *Board) Gather(me uint64, nowNanos, maxAgeNanos int64, n int) (sum []scoring.Work, changed []int, all bool) {
 	b.counted, b.wasCounted = b.wasCounted[:0], b.counted
+	b.live = b.live[:0]
 	for i := range b.peers {
 		if rec := &b.peers[i].rec; b.counts(rec, me, nowNanos, maxAgeNanos, n) {
 			b.counted = append(b.counted, rec.Worker)
+			b.live = append(b.live, rec.Work)
 		}
 	}
 	words := (n + 63) / 64
@@ -509,7 +512,7 @@ func (b *Board) Gather(me uint64, nowNanos, maxAgeNanos int64, n int) (sum []sco
 	if b.stale || len(b.dirty) > n {
 		b.stale, b.dirty = false, b.dirty[:0]
 		for j := range n {
-			b.sumEntry(j, me, nowNanos, maxAgeNanos)
+			b.sumEntry(j, nowNanos)
 		}
 		return b.sum, nil, true
 	}
@@ -523,7 +526,7 @@ func (b *Board) Gather(me uint64, nowNanos, maxAgeNanos int64, n int) (sum []sco
 	for w := range words {
 		for m := b.marked[w] | b.timed[w]; m != 0; m &= m - 1 {
 			j := w*64 + bits.TrailingZeros64(m)
-			b.sumEntry(j, me, nowNanos, maxAgeNanos)
+			b.sumEntry(j, nowNanos)
 			b.changed = append(b.changed, j)
 		}
 	}
@@ -541,16 +544,12 @@ func (b *Board) counts(rec *WorkRecord, me uint64, nowNanos, maxAgeNanos int64, 
 
 // sumEntry sets Gather's sum of entry j over the counted records, in
 // Sum's order (so the float sums are the same), and whether it is timed.
-func (b *Board) sumEntry(j int, me uint64, nowNanos, maxAgeNanos int64) {
+func (b *Board) sumEntry(j int, nowNanos int64) {
 	w := &b.sum[j]
 	*w = scoring.Work{}
 	timed := false
-	for i := range b.peers {
-		rec := &b.peers[i].rec
-		if !b.counts(rec, me, nowNanos, maxAgeNanos, len(b.sum)) {
-			continue
-		}
-		o := &rec.Work[j]
+	for _, work := range b.live {
+		o := &work[j]
 		w.AddAt(o, nowNanos)
 		timed = timed || o.RunFromNanos > 0
 	}
