@@ -34,7 +34,7 @@ const (
 	ScrapeHTTPStatus
 	// ScrapeTruncated: the body was cut short (metrics.ProblemTruncated).
 	ScrapeTruncated
-	// ScrapeGarbage: no valid sample line (metrics.ProblemNoSamples).
+	// ScrapeGarbage: no valid sample of a metric read (metrics.ProblemNoSamples).
 	ScrapeGarbage
 )
 

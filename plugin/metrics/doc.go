@@ -13,12 +13,15 @@
 //
 // The parser follows the Prometheus text exposition format 0.0.4 as implemented
 // by github.com/prometheus/common/expfmt (the cross-check test holds it to that
-// parser's numbers), with two deliberate leniencies: CRLF line ends are
-// accepted, and an invalid line is skipped and counted instead of aborting the
-// whole scrape. HELP, TYPE and other comment lines are not interpreted: every
-// extracted value is taken from sample lines by exact name, so `_created`
-// companions, `_bucket`/`_sum`/`_count` series and unknown families cost one
-// name comparison and are ignored.
+// parser's numbers and line verdicts), with deliberate leniencies: CRLF line
+// ends are accepted, an invalid line is skipped and counted instead of
+// aborting the whole scrape, and only the lines of the metrics it reads are
+// validated. HELP, TYPE and other comment lines are not interpreted: every
+// extracted value is taken from sample lines by exact name, and any other
+// line (`_created` companions, `_bucket`/`_sum`/`_count` series, the HTTP
+// server's and the process's families: most of a real page) is skipped once
+// its name is read, unexamined. A body without a valid sample of a metric
+// read is ErrNoSamples.
 //
 // Each engine has default metric names (DefaultNames, cited per engine in
 // names.go); configuration may override any of them. Fields the replica does not

@@ -8,8 +8,9 @@ import (
 // Sentinel errors; Parse returns a *ParseError that matches one of them with
 // errors.Is. Whatever the error, the Sample holds what the valid lines carried.
 var (
-	// ErrNoSamples: the body had no valid sample line (empty, HTML, garbage).
-	ErrNoSamples = errors.New("metrics: no valid sample line")
+	// ErrNoSamples: the body had no valid sample of a metric the parser
+	// reads (empty, HTML, garbage, another engine's page).
+	ErrNoSamples = errors.New("metrics: no valid sample of a metric read")
 	// ErrTruncated: the body's last line had no newline and was ignored; the
 	// scrape was probably cut short, so treat the replica as stale.
 	ErrTruncated = errors.New("metrics: body truncated")
@@ -38,7 +39,7 @@ func (e *ParseError) Error() string {
 	line := strconv.Itoa(int(e.Line))
 	switch e.kind {
 	case ProblemNoSamples:
-		msg := "metrics: no valid sample line in " + strconv.Itoa(e.BodyBytes) + "-byte body"
+		msg := "metrics: no valid sample of a metric read in " + strconv.Itoa(e.BodyBytes) + "-byte body"
 		if e.Line > 0 {
 			msg += ", first bad line " + line + ": " + q
 		}

@@ -39,8 +39,9 @@ const (
 	// ProblemBadLine: at least one line was not valid exposition text and
 	// was skipped (Sample.BadLines counts them).
 	ProblemBadLine
-	// ProblemNoSamples: no valid sample line at all (empty body, HTML error
-	// page, garbage). Nothing in the Sample is usable.
+	// ProblemNoSamples: no valid sample of a metric the parser reads
+	// (empty body, HTML error page, garbage, another engine's page).
+	// Nothing in the Sample is usable.
 	ProblemNoSamples
 	// ProblemAdapterOverflow: an adapter list had more than MaxAdapterList
 	// names, or a name longer than AdapterNameCap bytes (hash still exact).

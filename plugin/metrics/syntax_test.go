@@ -214,12 +214,14 @@ func TestParseErrorMessage(t *testing.T) {
 	tests := []struct {
 		name, body, want string
 	}{
-		{"bad line", "a 1\nvllm:num_requests_waiting{x=\"1\"}\n",
+		{"bad line", "vllm:num_requests_running 1\nvllm:num_requests_waiting{x=\"1\"}\n",
 			`metrics: 1 invalid line(s) skipped, first is line 2: "vllm:num_requests_waiting{x=\"1\"}"`},
-		{"truncated", "a 1\nvllm:num_req",
+		{"truncated", "vllm:num_requests_running 1\nvllm:num_req",
 			`metrics: body truncated, last line 2 has no newline and was ignored: "vllm:num_req"`},
 		{"garbage", "<html>\n",
-			`metrics: no valid sample line in 7-byte body, first bad line 1: "<html>"`},
+			`metrics: no valid sample of a metric read in 7-byte body, first bad line 1: "<html>"`},
+		{"another engine's page", "tgi_queue_size 3\ntgi_batch_current_size 8\n",
+			`metrics: no valid sample of a metric read in 42-byte body`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
