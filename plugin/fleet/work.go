@@ -195,13 +195,23 @@ func (w *WorkRecord) PutEntry(buf []byte, i int) bool {
 	for k, e := range w.Patches {
 		h[1+2*k], h[2+2*k] = byte(e), byte(e>>8)
 	}
-	e := buf[workHeaderLen+i*workEntryLen:]
-	for k, v := range [...]uint64{uint64(x.QueuedN), uint64(x.QueuedTokens), uint64(x.DecodeN),
-		uint64(x.DecodeTokens), uint64(x.UnseenN), uint64(x.UnseenTokens), uint64(x.RunFromNanos),
-		uint64(x.RunUntilNanos), uint64(x.PendingN), math.Float64bits(x.ArrivalPerSec)} {
-		putLE64(e[8*k:], v)
-	}
+	putWork(buf[workHeaderLen+i*workEntryLen:][:workEntryLen:workEntryLen], x)
 	return true
+}
+
+// putWork writes x's workEntryLen-byte encoding (appendWork's) into e.
+func putWork(e []byte, x *scoring.Work) {
+	e = e[:workEntryLen:workEntryLen]
+	putLE64(e[0:8], uint64(x.QueuedN))
+	putLE64(e[8:16], uint64(x.QueuedTokens))
+	putLE64(e[16:24], uint64(x.DecodeN))
+	putLE64(e[24:32], uint64(x.DecodeTokens))
+	putLE64(e[32:40], uint64(x.UnseenN))
+	putLE64(e[40:48], uint64(x.UnseenTokens))
+	putLE64(e[48:56], uint64(x.RunFromNanos))
+	putLE64(e[56:64], uint64(x.RunUntilNanos))
+	putLE64(e[64:72], uint64(x.PendingN))
+	putLE64(e[72:80], math.Float64bits(x.ArrivalPerSec))
 }
 
 func putLE64(b []byte, v uint64) {
@@ -211,12 +221,16 @@ func putLE64(b []byte, v uint64) {
 }
 
 func checkWork(x *scoring.Work) error {
-	for _, v := range [...]int64{x.QueuedN, x.QueuedTokens, x.DecodeN, x.DecodeTokens, x.UnseenN, x.UnseenTokens, x.RunFromNanos, x.RunUntilNanos, x.PendingN} {
-		if v < 0 {
-			return fail(ErrInvalid, "work figure", v, "must be >= 0")
+	// One test for the nine counts (their OR is negative exactly when one
+	// is): readers check every entry they take, on every request.
+	if x.QueuedN|x.QueuedTokens|x.DecodeN|x.DecodeTokens|x.UnseenN|x.UnseenTokens|x.RunFromNanos|x.RunUntilNanos|x.PendingN < 0 {
+		for _, v := range [...]int64{x.QueuedN, x.QueuedTokens, x.DecodeN, x.DecodeTokens, x.UnseenN, x.UnseenTokens, x.RunFromNanos, x.RunUntilNanos, x.PendingN} {
+			if v < 0 {
+				return fail(ErrInvalid, "work figure", v, "must be >= 0")
+			}
 		}
 	}
-	if r := x.ArrivalPerSec; !(r >= 0) || math.IsInf(r, 1) {
+	if r := x.ArrivalPerSec; !(r >= 0 && r <= math.MaxFloat64) {
 		return fail(ErrInvalid, "work arrival rate", int64(math.Float64bits(r)), "must be finite and >= 0 (float64 bits)")
 	}
 	return nil
@@ -310,13 +324,15 @@ func (w *WorkRecord) applyPatches(b []byte, rewrote func(entry int)) bool {
 	if len(b) != workHeaderLen+n*workEntryLen || string(b[:4]) != magicWork || b[4] != Version {
 		return false
 	}
-	r := reader{b: b[:workHeaderLen], off: headerLen}
-	worker, written, cfg := r.u64(), int64(r.u64()), r.u64()
-	seq := r.u32()
-	patches := r.take(1 + 2*MaxPatches)
-	count := int(r.u16())
+	// The header's fields at their fixed offsets (the length is checked):
+	// a reader takes a patch of every other worker on every request.
+	h := b[:workHeaderLen:workHeaderLen]
+	worker, written, cfg := le64(h[headerLen:]), int64(le64(h[headerLen+8:])), le64(h[headerLen+16:])
+	seq := uint32(h[workSeqOff]) | uint32(h[workSeqOff+1])<<8 | uint32(h[workSeqOff+2])<<16 | uint32(h[workSeqOff+3])<<24
+	patches := h[workSeqOff+4 : workSeqOff+5+2*MaxPatches]
+	count := int(h[workHeaderLen-2]) | int(h[workHeaderLen-1])<<8
 	missed := seq - w.Seq // publishes since the one w holds
-	if r.short || missed == 0 || missed > uint32(patches[0]) || count != n || worker != w.Worker || cfg != w.ConfigID ||
+	if missed == 0 || missed > uint32(patches[0]) || count != n || worker != w.Worker || cfg != w.ConfigID ||
 		checkPatches(patches, n) != nil {
 		return false
 	}
@@ -410,8 +426,7 @@ func (b *Board) Update(worker uint64, cas uint32, value []byte) error {
 	// Check the writer before decoding: Decode overwrites p.rec in place.
 	var err error
 	if len(value) >= headerLen+8 && string(value[:4]) == magicWork {
-		r := reader{b: value, off: headerLen}
-		if id := r.u64(); id != worker {
+		if id := le64(value[headerLen:]); id != worker {
 			err = &codecError{msg: "fleet: work record worker " + strconv.FormatUint(id, 16) + ": read under the key of worker " + strconv.FormatUint(worker, 16), kind: ErrInvalid}
 		}
 	}

@@ -88,6 +88,8 @@ type root struct {
 	shareAppend  func(replica int, checkpoints []uint64)
 	shareScratch []uint64
 	board        fleet.Board
+	workKeys     []string // the work-record keys of the workers in workKeysOf
+	workKeysOf   []uint64
 	// What Replica.PeerWork holds was gathered (gatherPeerWork) with the
 	// board or not, and with the peer gateways' sum of remoteGathered (a
 	// remoteGen): when either moves, every replica's is set again.

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"slices"
 	"time"
 
 	"github.com/gpuroute/gpuroute/plugin/fleet"
@@ -346,12 +347,19 @@ func (r *root) setPeerWork(i int, sum []scoring.Work) {
 // refreshBoard reads the other workers' records, decoding only those whose
 // CAS changed.
 func (r *root) refreshBoard() {
-	for _, w := range r.registry.Workers {
+	if !slices.Equal(r.workKeysOf, r.registry.Workers) {
+		// Built when the worker list changes, not per request and peer.
+		r.workKeysOf = append(r.workKeysOf[:0], r.registry.Workers...)
+		r.workKeys = r.workKeys[:0]
+		for _, w := range r.workKeysOf {
+			r.workKeys = append(r.workKeys, fleet.WorkKey(w))
+		}
+	}
+	for i, w := range r.workKeysOf {
 		if w == r.worker {
 			continue
 		}
-		r.keyScratch = fleet.AppendWorkKey(r.keyScratch[:0], w)
-		if v, cas, err := proxy.GetSharedData(string(r.keyScratch)); err == nil {
+		if v, cas, err := proxy.GetSharedData(r.workKeys[i]); err == nil {
 			_ = r.board.Update(w, cas, v)
 		}
 	}
