@@ -3,6 +3,8 @@ package fleet
 import (
 	"errors"
 	"strconv"
+
+	"github.com/gpuroute/gpuroute/plugin/internal/le"
 )
 
 // Sentinel errors. Every decoder error wraps exactly one of them (test with
@@ -110,19 +112,12 @@ func (r *reader) u32() uint32 {
 	return uint32(p[0]) | uint32(p[1])<<8 | uint32(p[2])<<16 | uint32(p[3])<<24
 }
 
-// le64 reads a little-endian uint64 from the first 8 bytes of b.
-func le64(b []byte) uint64 {
-	_ = b[7]
-	return uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
-		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
-}
-
 func (r *reader) u64() uint64 {
 	p := r.take(8)
 	if p == nil {
 		return 0
 	}
-	return le64(p)
+	return le.Uint64(p, 0)
 }
 
 func (r *reader) left() int { return len(r.b) - r.off }

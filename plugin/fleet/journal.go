@@ -3,6 +3,8 @@ package fleet
 import (
 	"math"
 	"strconv"
+
+	"github.com/gpuroute/gpuroute/plugin/internal/le"
 )
 
 // KeyJournal is the shared-data key of the gateway's Journal.
@@ -262,7 +264,7 @@ func (j *Journal) Decode(b []byte) error {
 		k := min(len(blocks)/8, j.maxBlocks)
 		dst := j.blocks[i*j.maxBlocks : i*j.maxBlocks+k]
 		for x := range dst {
-			dst[x] = le64(blocks[8*x:])
+			dst[x] = le.Uint64(blocks, 8*x)
 		}
 		j.replicas[i], j.lens[i] = uint16(rep), uint16(k)
 	}

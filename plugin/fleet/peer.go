@@ -3,6 +3,7 @@ package fleet
 import (
 	"strconv"
 
+	"github.com/gpuroute/gpuroute/plugin/internal/le"
 	"github.com/gpuroute/gpuroute/scoring"
 )
 
@@ -269,7 +270,7 @@ func (p *PeerExport) Decode(b []byte) error {
 	for k := range p.reps {
 		rep, blocks, _ := readChainHead(&body, "peer export") // validated above
 		for x := 0; x < len(blocks); x += 8 {
-			p.blocks[end] = le64(blocks[x:])
+			p.blocks[end] = le.Uint64(blocks, x)
 			end++
 		}
 		p.reps[k], p.ends[k] = uint16(rep), uint32(end)

@@ -1,6 +1,10 @@
 package fleet
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/gpuroute/gpuroute/plugin/internal/le"
+)
 
 // KeyPrefixShare is the shared-data key of the PrefixShare. It is not the
 // key under which earlier builds shared the whole index encoding, so that
@@ -121,7 +125,7 @@ func (s *PrefixShare) Each(skip int, scratch []uint64, fn func(replica int, chec
 		}
 		cps := scratch[:min(len(blocks)/8, len(scratch))]
 		for k := range cps {
-			cps[k] = le64(blocks[8*k:])
+			cps[k] = le.Uint64(blocks, 8*k)
 		}
 		fn(replica, cps)
 	}

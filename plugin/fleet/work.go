@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/gpuroute/gpuroute/plugin/internal/le"
 	"github.com/gpuroute/gpuroute/scoring"
 )
 
@@ -158,12 +159,12 @@ func appendWork(b []byte, x *scoring.Work) []byte {
 // request path.
 func readWork(x *scoring.Work, e []byte) error {
 	e = e[:workEntryLen:workEntryLen]
-	x.QueuedN, x.QueuedTokens = int64(le64(e[0:8])), int64(le64(e[8:16]))
-	x.DecodeN, x.DecodeTokens = int64(le64(e[16:24])), int64(le64(e[24:32]))
-	x.UnseenN, x.UnseenTokens = int64(le64(e[32:40])), int64(le64(e[40:48]))
-	x.RunFromNanos, x.RunUntilNanos = int64(le64(e[48:56])), int64(le64(e[56:64]))
-	x.PendingN = int64(le64(e[64:72]))
-	x.ArrivalPerSec = math.Float64frombits(le64(e[72:80]))
+	x.QueuedN, x.QueuedTokens = int64(le.Uint64(e, 0)), int64(le.Uint64(e, 8))
+	x.DecodeN, x.DecodeTokens = int64(le.Uint64(e, 16)), int64(le.Uint64(e, 24))
+	x.UnseenN, x.UnseenTokens = int64(le.Uint64(e, 32)), int64(le.Uint64(e, 40))
+	x.RunFromNanos, x.RunUntilNanos = int64(le.Uint64(e, 48)), int64(le.Uint64(e, 56))
+	x.PendingN = int64(le.Uint64(e, 64))
+	x.ArrivalPerSec = math.Float64frombits(le.Uint64(e, 72))
 	x.DoneSec, x.ClearNanos = 0, 0
 	return checkWork(x)
 }
@@ -327,7 +328,7 @@ func (w *WorkRecord) applyPatches(b []byte, rewrote func(entry int)) bool {
 	// The header's fields at their fixed offsets (the length is checked):
 	// a reader takes a patch of every other worker on every request.
 	h := b[:workHeaderLen:workHeaderLen]
-	worker, written, cfg := le64(h[headerLen:]), int64(le64(h[headerLen+8:])), le64(h[headerLen+16:])
+	worker, written, cfg := le.Uint64(h, headerLen), int64(le.Uint64(h, headerLen+8)), le.Uint64(h, headerLen+16)
 	seq := uint32(h[workSeqOff]) | uint32(h[workSeqOff+1])<<8 | uint32(h[workSeqOff+2])<<16 | uint32(h[workSeqOff+3])<<24
 	patches := h[workSeqOff+4 : workSeqOff+5+2*MaxPatches]
 	count := int(h[workHeaderLen-2]) | int(h[workHeaderLen-1])<<8
@@ -426,7 +427,7 @@ func (b *Board) Update(worker uint64, cas uint32, value []byte) error {
 	// Check the writer before decoding: Decode overwrites p.rec in place.
 	var err error
 	if len(value) >= headerLen+8 && string(value[:4]) == magicWork {
-		if id := le64(value[headerLen:]); id != worker {
+		if id := le.Uint64(value, headerLen); id != worker {
 			err = &codecError{msg: "fleet: work record worker " + strconv.FormatUint(id, 16) + ": read under the key of worker " + strconv.FormatUint(worker, 16), kind: ErrInvalid}
 		}
 	}

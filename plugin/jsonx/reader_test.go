@@ -5,6 +5,8 @@ import (
 	"math/bits"
 	"strings"
 	"testing"
+
+	"github.com/gpuroute/gpuroute/plugin/internal/le"
 )
 
 func TestValid(t *testing.T) {
@@ -487,7 +489,7 @@ func TestSpecial(t *testing.T) {
 						}
 					}
 					got := 8
-					if m := special(load64(w[:], 0)) & msb; m != 0 {
+					if m := special(le.Uint64(w[:], 0)) & msb; m != 0 {
 						got = bits.TrailingZeros64(m) >> 3
 					}
 					if got != want {

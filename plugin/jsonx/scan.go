@@ -1,25 +1,16 @@
 package jsonx
 
-import "math/bits"
+import (
+	"math/bits"
+
+	"github.com/gpuroute/gpuroute/plugin/internal/le"
+)
 
 // SWAR constants: lsb*c repeats byte c in every lane of a uint64.
 const (
 	lsb = 0x0101010101010101
 	msb = 0x8080808080808080
 )
-
-// load64 reads d[i:i+8] little-endian. The compiler merges the byte loads
-// into one unaligned load on amd64, arm64 and wasm (ssa memcombine), which
-// is why this is spelled out instead of importing encoding/binary (kept out
-// of the module). The re-slice makes one bounds check: indexing d[i+1] ..
-// d[i+7] directly is checked byte by byte on wasm (the prove pass cannot
-// derive them from d[i+7]), eight compare-and-branch sequences per load
-// that made string scanning under wazero several times slower.
-func load64(d []byte, i int) uint64 {
-	b := d[i : i+8]
-	return uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
-		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
-}
 
 // special returns a word with the high bit set in each lane of x that holds
 // '"', '\\' or a byte below 0x20; only its lowest set bit is exact (a borrow
@@ -46,10 +37,10 @@ func nextSpecial(d []byte, i int) int {
 	// pay more there than natively, where two words measured best.
 	for i+32 <= len(d) {
 		w := d[i : i+32 : i+32]
-		m0 := special(load64(w, 0)) & msb
-		m1 := special(load64(w, 8)) & msb
-		m2 := special(load64(w, 16)) & msb
-		m3 := special(load64(w, 24)) & msb
+		m0 := special(le.Uint64(w, 0)) & msb
+		m1 := special(le.Uint64(w, 8)) & msb
+		m2 := special(le.Uint64(w, 16)) & msb
+		m3 := special(le.Uint64(w, 24)) & msb
 		if m0|m1|m2|m3 != 0 {
 			switch {
 			case m0 != 0:
@@ -64,8 +55,8 @@ func nextSpecial(d []byte, i int) int {
 		i += 32
 	}
 	for i+16 <= len(d) {
-		m0 := special(load64(d, i)) & msb
-		m1 := special(load64(d, i+8)) & msb
+		m0 := special(le.Uint64(d, i)) & msb
+		m1 := special(le.Uint64(d, i+8)) & msb
 		if m0|m1 != 0 {
 			if m0 != 0 {
 				return i + bits.TrailingZeros64(m0)>>3
@@ -75,7 +66,7 @@ func nextSpecial(d []byte, i int) int {
 		i += 16
 	}
 	if i+8 <= len(d) {
-		if m := special(load64(d, i)) & msb; m != 0 {
+		if m := special(le.Uint64(d, i)) & msb; m != 0 {
 			return i + bits.TrailingZeros64(m)>>3
 		}
 		i += 8
@@ -181,7 +172,7 @@ func scanString(d []byte, i int, t *Tape) (end int, escaped bool, st uint8) {
 func StringEnd(d []byte, i int) (end int, escaped bool) {
 	for {
 		for i+8 <= len(d) {
-			if m := special(load64(d, i)) & msb; m != 0 {
+			if m := special(le.Uint64(d, i)) & msb; m != 0 {
 				i += bits.TrailingZeros64(m) >> 3
 				break
 			}
@@ -321,10 +312,10 @@ func shortEnd(d []byte, i int) int {
 		return -1
 	}
 	w := d[i : i+16 : i+16]
-	m := special(load64(w, 0)) & msb
+	m := special(le.Uint64(w, 0)) & msb
 	j := 0
 	if m == 0 {
-		m = special(load64(w, 8)) & msb
+		m = special(le.Uint64(w, 8)) & msb
 		j = 8
 	}
 	if m == 0 {

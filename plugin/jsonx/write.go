@@ -4,6 +4,8 @@ import (
 	"math/bits"
 	"slices"
 	"unicode/utf8"
+
+	"github.com/gpuroute/gpuroute/plugin/internal/le"
 )
 
 // Writer is io.Writer, declared here so the package needs no io import.
@@ -203,28 +205,28 @@ func decodeRun(d []byte, i int, dst []byte, n int) (int, int) {
 	for n+decodeRoom <= len(dst) && i+64 <= len(d) {
 		w := d[i : i+64 : i+64]
 		o := dst[n : n+64 : n+64]
-		x := load64(w, 0)
+		x := le.Uint64(w, 0)
 		store64(o, 0, x)
 		acc := special(x)
-		x = load64(w, 8)
+		x = le.Uint64(w, 8)
 		store64(o, 8, x)
 		acc |= special(x)
-		x = load64(w, 16)
+		x = le.Uint64(w, 16)
 		store64(o, 16, x)
 		acc |= special(x)
-		x = load64(w, 24)
+		x = le.Uint64(w, 24)
 		store64(o, 24, x)
 		acc |= special(x)
-		x = load64(w, 32)
+		x = le.Uint64(w, 32)
 		store64(o, 32, x)
 		acc |= special(x)
-		x = load64(w, 40)
+		x = le.Uint64(w, 40)
 		store64(o, 40, x)
 		acc |= special(x)
-		x = load64(w, 48)
+		x = le.Uint64(w, 48)
 		store64(o, 48, x)
 		acc |= special(x)
-		x = load64(w, 56)
+		x = le.Uint64(w, 56)
 		store64(o, 56, x)
 		acc |= special(x)
 		if acc&msb == 0 {
@@ -236,28 +238,28 @@ func decodeRun(d []byte, i int, dst []byte, n int) (int, int) {
 		// bit is exact within a word, not across them): find the first.
 		// Unrolled, since a loop here measured slower (a back-edge per word).
 		t := 0
-		m := special(load64(w, 0)) & msb
+		m := special(le.Uint64(w, 0)) & msb
 		if m == 0 {
 			t = 8
-			m = special(load64(w, 8)) & msb
+			m = special(le.Uint64(w, 8)) & msb
 			if m == 0 {
 				t = 16
-				m = special(load64(w, 16)) & msb
+				m = special(le.Uint64(w, 16)) & msb
 				if m == 0 {
 					t = 24
-					m = special(load64(w, 24)) & msb
+					m = special(le.Uint64(w, 24)) & msb
 					if m == 0 {
 						t = 32
-						m = special(load64(w, 32)) & msb
+						m = special(le.Uint64(w, 32)) & msb
 						if m == 0 {
 							t = 40
-							m = special(load64(w, 40)) & msb
+							m = special(le.Uint64(w, 40)) & msb
 							if m == 0 {
 								t = 48
-								m = special(load64(w, 48)) & msb
+								m = special(le.Uint64(w, 48)) & msb
 								if m == 0 {
 									t = 56
-									m = special(load64(w, 56)) & msb
+									m = special(le.Uint64(w, 56)) & msb
 								}
 							}
 						}
@@ -282,7 +284,7 @@ func decodeRun(d []byte, i int, dst []byte, n int) (int, int) {
 	return i, n
 }
 
-// store64 writes x to d[i:i+8] little-endian (one store on wasm; see load64).
+// store64 writes x to d[i:i+8] little-endian (one store on wasm, as le.Uint64 is one load).
 func store64(d []byte, i int, x uint64) {
 	b := d[i : i+8]
 	b[0], b[1], b[2], b[3] = byte(x), byte(x>>8), byte(x>>16), byte(x>>24)
