@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"math"
+	"slices"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/gpuroute/gpuroute/plugin/internal/le"
 )
 
 // Internal field indices, one per Names Source.
@@ -92,6 +95,9 @@ type Parser struct {
 	// byLength[n] has bit k set when slot k's metric name is n bytes
 	// long, and readsCfg / readsLoRA for the info metrics' names.
 	byLength [128]uint64
+	// heads are the distinct first 8 bytes (fewer, masked, for a shorter
+	// name) of the names read, as little-endian words: mayRead.
+	heads []nameHead
 
 	// per-parse state
 	acc [numFields][2]accum
@@ -136,11 +142,37 @@ func NewParser(e Engine, names Names) (*Parser, error) {
 	return p, nil
 }
 
+// nameHead is the start of a metric name read: word&mask of a line's first
+// 8 bytes equals word when the line may start with that name.
+type nameHead struct{ word, mask uint64 }
+
+// mayRead reports whether a line whose first 8 bytes are x (little-endian)
+// may start with a name the parser reads.
+func (p *Parser) mayRead(x uint64) bool {
+	for _, h := range p.heads {
+		if x&h.mask == h.word {
+			return true
+		}
+	}
+	return false
+}
+
 // readsName sets bit in byLength for name's length (a longer name is
 // compared with every slot anyway: reads).
 func (p *Parser) readsName(name string, bit uint64) {
-	if name != "" && len(name) < len(p.byLength) {
+	if name == "" {
+		return
+	}
+	if len(name) < len(p.byLength) {
 		p.byLength[len(name)] |= bit
+	}
+	var h nameHead
+	for i := range min(len(name), 8) {
+		h.word |= uint64(name[i]) << (8 * i)
+		h.mask |= 0xff << (8 * i)
+	}
+	if !slices.Contains(p.heads, h) {
+		p.heads = append(p.heads, h)
 	}
 }
 
@@ -337,6 +369,11 @@ func (p *Parser) line(b []byte, start, end int) int {
 	}
 	if b[i] == '#' {
 		return lineSkip // HELP, TYPE and comments carry nothing we extract
+	}
+	if i+8 <= end && isNameStart(b[i]) && !p.mayRead(le.Uint64(b, i)) {
+		// A bare name that is none of those read, told by its first bytes
+		// before it is scanned: most lines of a real page (see reads).
+		return lineSkip
 	}
 
 	// Metric name: bare, or quoted as the first item inside braces (the
