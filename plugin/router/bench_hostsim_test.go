@@ -171,12 +171,18 @@ func newBenchFleet(b *testing.B, opts hostsim.Options) *benchFleet {
 
 // newBenchFleetOf is newBenchFleet with workers worker VMs.
 func newBenchFleetOf(b *testing.B, opts hostsim.Options, workers int) *benchFleet {
-	ctx := context.Background()
 	b.Helper()
 	wasm, err := moduleBytes()
 	if err != nil {
 		b.Skipf("skipped: %v (run `make wasm`)", err)
 	}
+	return newBenchFleetFrom(b, opts, workers, wasm)
+}
+
+// newBenchFleetFrom is newBenchFleetOf with the module wasm.
+func newBenchFleetFrom(b *testing.B, opts hostsim.Options, workers int, wasm []byte) *benchFleet {
+	ctx := context.Background()
+	b.Helper()
 	opts.Start = start
 	opts.LogLevel = hostsim.LogWarn
 	h := hostsim.NewHost(opts)
@@ -418,6 +424,67 @@ func BenchmarkRequestPathReplay64(b *testing.B) {
 		b.ReportMetric(micros(percentile(first, 0.50)), "guest-p50-µs")
 		b.ReportMetric(micros(percentile(first, 0.99)), "guest-p99-µs")
 	}
+}
+
+// BenchmarkRequestPathPaired64 compares two builds of the module at the
+// same moments: BenchmarkRequestPathGuest64's requests through the module
+// under test (GPUROUTE_WASM) and through GPUROUTE_WASM_BASE, one fleet
+// each, request by request in alternation (the same inputs and virtual
+// clock), timing each build's guest. The machine's drift, which moves a
+// build's median by ~10% between runs minutes apart, then falls on both
+// alike. new-p50-µs, base-p50-µs (and p99) are each build's; diff-p50-µs
+// is the median over requests of new minus base. Skipped without
+// GPUROUTE_WASM_BASE. Run with -benchtime 20000x.
+func BenchmarkRequestPathPaired64(b *testing.B) {
+	basePath := os.Getenv("GPUROUTE_WASM_BASE")
+	if basePath == "" {
+		b.Skip("set GPUROUTE_WASM_BASE to the .wasm to compare with")
+	}
+	base, err := os.ReadFile(basePath)
+	if err != nil {
+		b.Fatalf("GPUROUTE_WASM_BASE: %v", err)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	f := newBenchFleet(b, hostsim.Options{TimeGuest: true})
+	g := newBenchFleetFrom(b, hostsim.Options{TimeGuest: true}, benchWorkers, base)
+	f.warm(benchWarmup)
+	g.warm(benchWarmup)
+	b.ReportAllocs()
+	b.ResetTimer()
+	// A tick period of one build, then the same requests on the other,
+	// which goes first in turn: each build runs on its own caches but for
+	// the first request of a period (after a tick in any case), and the
+	// machine changes little within two periods (~20 ms).
+	for i := 0; i < b.N; i += benchTickEvery {
+		first, second := f, g
+		if (i/benchTickEvery)%2 == 1 {
+			first, second = g, f
+		}
+		for range min(benchTickEvery, b.N-i) {
+			first.step()
+		}
+		for range min(benchTickEvery, b.N-i) {
+			second.step()
+		}
+	}
+	b.StopTimer()
+	n := min(len(f.guest), len(g.guest))
+	if n < 1000 {
+		return
+	}
+	diff := make([]time.Duration, n)
+	for i := range n {
+		diff[i] = f.guest[i] - g.guest[i]
+	}
+	slices.Sort(diff)
+	slices.Sort(f.guest)
+	slices.Sort(g.guest)
+	b.ReportMetric(micros(percentile(f.guest, 0.50)), "new-p50-µs")
+	b.ReportMetric(micros(percentile(g.guest, 0.50)), "base-p50-µs")
+	b.ReportMetric(micros(percentile(f.guest, 0.99)), "new-p99-µs")
+	b.ReportMetric(micros(percentile(g.guest, 0.99)), "base-p99-µs")
+	b.ReportMetric(micros(percentile(diff, 0.50)), "diff-p50-µs")
 }
 
 // BenchmarkResponseChunk64 times one streamed token event (one
