@@ -340,3 +340,22 @@ func TestFastMessagesTake(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkStreamCounterEvent is one streamed token event as a chunk of
+// its own (vLLM's chat chunk with one token), once the counter has a
+// template: a response's per-token cost.
+func BenchmarkStreamCounterEvent(b *testing.B) {
+	event := []byte(`data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1730000000,` +
+		`"model":"meta-llama/Llama-3.1-8B-Instruct","choices":[{"index":0,"delta":{"content":" token"},` +
+		`"logprobs":null,"finish_reason":null}]}` + "\n\n")
+	c := new(StreamCounter)
+	c.Write(event)
+	b.ReportAllocs()
+	b.SetBytes(int64(len(event)))
+	for b.Loop() {
+		c.Write(event)
+	}
+	if c.ContentDeltas < b.N {
+		b.Fatalf("counted %d tokens in %d events", c.ContentDeltas, b.N+1)
+	}
+}
