@@ -216,7 +216,11 @@ func TestEnvoyExamples(t *testing.T) {
 								continue
 							}
 							filters++
-							cfgs = append(cfgs, checkFilter(t, tc, h, clusters))
+							cfg := checkFilter(t, tc, h, clusters)
+							if cfg.Scraper {
+								t.Errorf("%s: the gpuroute HTTP filter has role %q, which routes without sharing its work", tc.file, config.RoleScraper)
+							}
+							cfgs = append(cfgs, cfg)
 						}
 					}
 				}
@@ -234,7 +238,13 @@ func TestEnvoyExamples(t *testing.T) {
 				if !svc.GetSingleton() {
 					t.Errorf("%s: WasmService %s is not a singleton", tc.file, ext.GetName())
 				}
-				cfgs = append(cfgs, checkPlugin(t, tc.file+": bootstrap extension "+ext.GetName(), svc.GetConfig()))
+				cfg := checkPlugin(t, tc.file+": bootstrap extension "+ext.GetName(), svc.GetConfig())
+				if !cfg.Scraper {
+					// Without it the service is one more lease contender,
+					// and scraping may land on a worker's thread.
+					t.Errorf("%s: WasmService %s configuration lacks \"role\": %q", tc.file, ext.GetName(), config.RoleScraper)
+				}
+				cfgs = append(cfgs, cfg)
 			}
 			if want := map[bool]int{true: 1, false: 0}[tc.singleton]; services != want {
 				t.Errorf("%s: %d WasmService extensions, want %d", tc.file, services, want)

@@ -59,6 +59,20 @@ const (
 	KeyPrefillChunkTokens = "prefill_chunk_tokens"
 	KeyPassiveFailures    = "passive_failures"
 	KeyPassiveBackoffMs   = "passive_backoff_ms"
+	KeyRole               = "role"
+)
+
+// Roles (the values of "role").
+const (
+	// RoleWorker routes requests and, holding the scrape lease, scrapes.
+	RoleWorker = "worker"
+	// RoleScraper only scrapes and shares what the workers need: the
+	// configuration of an Envoy bootstrap service (envoy.bootstrap.wasm,
+	// singleton: true, the filter's vm_id), which runs on the main thread.
+	// It takes the scrape lease from any worker and keeps it while it
+	// lives, so the workers' threads never scrape; a worker takes over
+	// when its lease lapses.
+	RoleScraper = "scraper"
 )
 
 // Bounds and defaults.
@@ -224,6 +238,8 @@ type Config struct {
 	// PeerExchange shares placements and in-flight work with other
 	// gateway instances (off by default).
 	PeerExchange PeerExchange
+	// Scraper is role "scraper" (RoleScraper); false is RoleWorker.
+	Scraper bool
 	// Params are the decision's tunables.
 	Params scoring.Params
 }

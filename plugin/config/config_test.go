@@ -67,6 +67,12 @@ func TestParseAccepts(t *testing.T) {
 			_, isAdapter := c.LookupAdapter([]byte("llama-3-8b"))
 			return c.LeaseMillis == 1500 && !isAdapter && c.MaxBodyBytes == DefaultMaxBodyBytes && c.Replicas[0].AdapterSlots == -1
 		}},
+		{name: "scraper role", in: `{"replicas":[{"name":"a","address":"10.0.0.1:1"}],"role":"scraper"}`, check: func(c *Config) bool {
+			return c.Scraper
+		}},
+		{name: "worker role", in: `{"replicas":[{"name":"a","address":"10.0.0.1:1"}],"role":"worker"}`, check: func(c *Config) bool {
+			return !c.Scraper
+		}},
 		{name: "engines", in: `{"replicas":[{"name":"a","address":"10.0.0.1:1","engine":"sglang"},{"name":"b","address":"10.0.0.1:2","engine":"tgi"},{"name":"c","address":"10.0.0.1:3","engine":"triton"}]}`, check: func(c *Config) bool {
 			return c.Replicas[2].Engine == metrics.EngineTriton
 		}},
@@ -120,6 +126,8 @@ func TestParseRejects(t *testing.T) {
 			want: `config: block_chars must be in [8, 4096], got 2`},
 		{name: "status path", in: `{"replicas":[` + r(``) + `],"status_path":"status"}`,
 			want: `config: status_path "status" must be empty or a path starting with / (at most 256 bytes)`},
+		{name: "unknown role", in: `{"replicas":[` + r(``) + `],"role":"leader"}`,
+			want: `config: role "leader" must be "worker" or "scraper"`},
 		{name: "decision header type", in: `{"replicas":[` + r(``) + `],"decision_header":"yes"}`,
 			want: `config: decision_header must be true or false, got string "yes"`},
 		{name: "adapters type", in: `{"replicas":[` + r(``) + `],"adapters":["a"]}`,

@@ -53,6 +53,15 @@ func parseRouting(cfg *Config, key string, r *jsonx.Reader) error {
 			return errors.New("config: " + key + " " + quoteString(s) + " must be empty or a path starting with / (at most 256 bytes)")
 		}
 		cfg.StatusPath = s
+	case KeyRole:
+		var s string
+		if s, err = stringValue(key, v); err != nil {
+			return err
+		}
+		if s != RoleWorker && s != RoleScraper {
+			return errors.New("config: " + key + " " + quoteString(s) + " must be " + quoteString(RoleWorker) + " or " + quoteString(RoleScraper))
+		}
+		cfg.Scraper = s == RoleScraper
 	case KeyMaxWaitMs:
 		n, err = boundedInt(key, v, 0, 3_600_000)
 		cfg.MaxWaitSec = float64(n) / 1000

@@ -76,6 +76,10 @@ func (l *Lease) Decode(b []byte) error {
 // workers briefly running configurations with different TTLs. The holder
 // rewrites a lease that is more than ttl ahead. A forward jump just expires
 // the lease early, and the next tick elects again.
+// A scraper (me with ScraperBit set) also takes a valid lease from a
+// worker: a scrape on a worker's thread holds that worker's requests, on
+// the main thread nobody's (config.RoleScraper). Between scrapers, and
+// for workers, a valid lease is followed as it is.
 func LeaseStep(cur Lease, found bool, me uint64, nowNanos, ttlNanos int64) (next Lease, write bool, leader bool) {
 	if ttlNanos <= 0 {
 		ttlNanos = 1
@@ -91,11 +95,16 @@ func LeaseStep(cur Lease, found bool, me uint64, nowNanos, ttlNanos int64) (next
 		}
 		return cur, false, true
 	}
-	if cur.Holder == 0 || remaining <= 0 || remaining > 2*min(ttlNanos, 1<<61) {
+	preempt := me&ScraperBit != 0 && cur.Holder&ScraperBit == 0
+	if cur.Holder == 0 || remaining <= 0 || remaining > 2*min(ttlNanos, 1<<61) || preempt {
 		return claim, true, true
 	}
 	return cur, false, false
 }
+
+// ScraperBit marks the id of a scraper (config.RoleScraper) in a Lease's
+// Holder: worker ids count up from 1 and never reach it.
+const ScraperBit = 1 << 63
 
 // addSat and subSat are int64 + and - saturating at the bounds, so a bogus
 // expiry from a corrupt value cannot wrap into a valid-looking one.

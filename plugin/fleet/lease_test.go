@@ -76,6 +76,37 @@ func TestLeaseStep(t *testing.T) {
 	}
 }
 
+// TestLeaseStepScraper: a scraper takes a worker's valid lease, follows
+// another scraper's, and keeps its own; a worker follows a scraper's.
+func TestLeaseStepScraper(t *testing.T) {
+	const ttl, now = 1000, 10_000
+	const scraper, otherScraper, worker = ScraperBit | 3, ScraperBit | 4, 2
+	claim := func(id uint64) Lease { return Lease{Holder: id, ExpiresNanos: now + ttl} }
+	for _, tc := range []struct {
+		name       string
+		me         uint64
+		cur        Lease
+		wantNext   Lease
+		wantWrite  bool
+		wantLeader bool
+	}{
+		{name: "scraper over a worker's valid lease", me: scraper, cur: Lease{worker, now + 900}, wantNext: claim(scraper), wantWrite: true, wantLeader: true},
+		{name: "scraper behind another scraper", me: scraper, cur: Lease{otherScraper, now + 900}, wantNext: Lease{otherScraper, now + 900}},
+		{name: "scraper keeps its own", me: scraper, cur: Lease{scraper, now + 900}, wantNext: Lease{scraper, now + 900}, wantLeader: true},
+		{name: "scraper after another scraper lapsed", me: scraper, cur: Lease{otherScraper, now - 1}, wantNext: claim(scraper), wantWrite: true, wantLeader: true},
+		{name: "worker behind a scraper", me: worker, cur: Lease{scraper, now + 1}, wantNext: Lease{scraper, now + 1}},
+		{name: "worker after a scraper lapsed", me: worker, cur: Lease{scraper, now}, wantNext: claim(worker), wantWrite: true, wantLeader: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			next, write, leader := LeaseStep(tc.cur, true, tc.me, now, ttl)
+			if next != tc.wantNext || write != tc.wantWrite || leader != tc.wantLeader {
+				t.Fatalf("LeaseStep(%+v, true, %#x, %d, %d) = %+v, %v, %v; want %+v, %v, %v",
+					tc.cur, tc.me, now, ttl, next, write, leader, tc.wantNext, tc.wantWrite, tc.wantLeader)
+			}
+		})
+	}
+}
+
 // store mimics cpp-host shared data for one key (ABI.md §3.2): a global CAS
 // counter that skips 0; set with cas≠0 on an existing key must match; set on a
 // missing key ignores cas.

@@ -154,6 +154,10 @@ type benchFleet struct {
 	guest     []time.Duration
 	n         int // requests started
 	ticks     []time.Duration
+	// workerTicks holds, per tick period, the guest time of the worker VM
+	// that spent most in it (hostsim.Options.TimeGuest): how long a tick
+	// holds a worker's thread, and the requests waiting on it.
+	workerTicks []time.Duration
 	// phase, when non-nil, collects per-callback times: request headers,
 	// request body (the decision), response headers, response body chunks,
 	// done/log/delete.
@@ -166,21 +170,30 @@ var phaseNames = [5]string{"reqhdr", "reqbody", "resphdr", "respbody", "done"}
 // (whose Probe, if set, instruments it) and configures benchWorkers
 // workers.
 func newBenchFleet(b *testing.B, opts hostsim.Options) *benchFleet {
-	return newBenchFleetOf(b, opts, benchWorkers)
+	return newBenchFleetOf(b, opts, benchShape{workers: benchWorkers})
 }
 
-// newBenchFleetOf is newBenchFleet with workers worker VMs.
-func newBenchFleetOf(b *testing.B, opts hostsim.Options, workers int) *benchFleet {
+// benchShape is an Envoy's VMs of the module: workers worker VMs (a
+// divisor of benchWindow), and with scraper one more configured with
+// "role":"scraper", the bootstrap service on Envoy's main thread.
+type benchShape struct {
+	workers int
+	scraper bool
+}
+
+// newBenchFleetOf is newBenchFleet with the VMs of shape.
+func newBenchFleetOf(b *testing.B, opts hostsim.Options, shape benchShape) *benchFleet {
 	b.Helper()
 	wasm, err := moduleBytes()
 	if err != nil {
 		b.Skipf("skipped: %v (run `make wasm`)", err)
 	}
-	return newBenchFleetFrom(b, opts, workers, wasm)
+	return newBenchFleetFrom(b, opts, shape, wasm)
 }
 
 // newBenchFleetFrom is newBenchFleetOf with the module wasm.
-func newBenchFleetFrom(b *testing.B, opts hostsim.Options, workers int, wasm []byte) *benchFleet {
+func newBenchFleetFrom(b *testing.B, opts hostsim.Options, shape benchShape, wasm []byte) *benchFleet {
+	workers := shape.workers
 	ctx := context.Background()
 	b.Helper()
 	opts.Start = start
@@ -212,6 +225,16 @@ func newBenchFleetFrom(b *testing.B, opts hostsim.Options, workers int, wasm []b
 		}
 		f.vms, f.roots = append(f.vms, vm), append(f.roots, root)
 	}
+	if shape.scraper {
+		vm, err := h.NewVM(ctx, mod, testVMID, nil)
+		if err != nil {
+			b.Fatalf("NewVM = %v", err)
+		}
+		scfg := []byte(strings.Replace(string(cfg), `{"tick_ms"`, `{"role":"scraper","tick_ms"`, 1))
+		if _, err := vm.Configure(testRootID, scfg); err != nil {
+			b.Fatalf("Configure(scraper) = %v", err)
+		}
+	}
 	f.advance() // the first scrape of all 64 replicas
 	return f
 }
@@ -219,11 +242,20 @@ func newBenchFleetFrom(b *testing.B, opts hostsim.Options, workers int, wasm []b
 // advance runs one tick period of virtual time (ticks, scrapes and their
 // responses) and records how long it took.
 func (f *benchFleet) advance() {
+	g0 := make([]time.Duration, len(f.vms))
+	for i, vm := range f.vms {
+		g0[i] = vm.GuestTime()
+	}
 	t0 := time.Now()
 	if err := f.h.Advance(100 * time.Millisecond); err != nil {
 		f.b.Fatalf("Advance = %v", err)
 	}
 	f.ticks = append(f.ticks, time.Since(t0))
+	busiest := time.Duration(0)
+	for i, vm := range f.vms {
+		busiest = max(busiest, vm.GuestTime()-g0[i])
+	}
+	f.workerTicks = append(f.workerTicks, busiest)
 }
 
 // step starts one request and finishes the one started benchWindow
@@ -321,7 +353,7 @@ func (f *benchFleet) warm(n int) {
 			f.b.Fatalf("guest logged an error during warm-up: %s", e.Message)
 		}
 	}
-	f.ticks, f.guest = f.ticks[:0], f.guest[:0]
+	f.ticks, f.guest, f.workerTicks = f.ticks[:0], f.guest[:0], f.workerTicks[:0]
 	if f.phase != nil {
 		for i := range f.phase {
 			f.phase[i] = f.phase[i][:0]
@@ -360,13 +392,16 @@ func micros(d time.Duration) float64 { return float64(d) / 1e3 }
 // which leave out preemption by whatever else the machine runs; each
 // callback's median and p99 are <phase>-p50-µs and <phase>-p99-µs (where a
 // tail comes from), and tick-p50-µs is one tick
-// period's work. ref-p50-µs and ref-p99-µs time a fixed native loop of
+// period's work (with TimeGuest, worker-tick-p50-µs the guest time of the
+// worker VM that spent most in it). ref-p50-µs and ref-p99-µs time a fixed native loop of
 // about a request's length (refWork) after each request, the same way: the
 // tail the machine adds to any job that long, which the request's p99
 // carries too (three runs on the 2-core CI machine: ref 41 / 64–69 µs
 // while the requests measured 67–68 / 105–109 µs). The target is p99 ≤ 50
 // µs. Run with -benchtime 20000x (percentiles need ≥ 1000 ops).
-func BenchmarkRequestPath64(b *testing.B) { benchRequestPath(b, hostsim.Options{}, benchWorkers) }
+func BenchmarkRequestPath64(b *testing.B) {
+	benchRequestPath(b, hostsim.Options{}, benchShape{workers: benchWorkers})
+}
 
 // BenchmarkRequestPathGuest64 is BenchmarkRequestPath64 with the guest's
 // own time measured too (hostsim.Options.TimeGuest): guest-p50-µs and
@@ -374,13 +409,22 @@ func BenchmarkRequestPath64(b *testing.B) { benchRequestPath(b, hostsim.Options{
 // hostsim's host functions (its ABI implementation, which Envoy's host
 // replaces). Its wall times carry the timing's own clock reads.
 func BenchmarkRequestPathGuest64(b *testing.B) {
-	benchRequestPath(b, hostsim.Options{TimeGuest: true}, benchWorkers)
+	benchRequestPath(b, hostsim.Options{TimeGuest: true}, benchShape{workers: benchWorkers})
+}
+
+// BenchmarkRequestPathGuest64Scraper is BenchmarkRequestPathGuest64 with a
+// third VM of the module configured as the scraper (an Envoy bootstrap
+// service): it holds the scrape lease, so the two workers' ticks do not
+// scrape. hostsim runs every VM on one thread, so the scraper's tick still
+// runs on the workers' core, as it would not on Envoy's main thread.
+func BenchmarkRequestPathGuest64Scraper(b *testing.B) {
+	benchRequestPath(b, hostsim.Options{TimeGuest: true}, benchShape{workers: benchWorkers, scraper: true})
 }
 
 // BenchmarkRequestPathGuest64W8 is BenchmarkRequestPathGuest64 on an Envoy
 // of 8 worker VMs: each decision reads the other 7 workers' in-flight work.
 func BenchmarkRequestPathGuest64W8(b *testing.B) {
-	benchRequestPath(b, hostsim.Options{TimeGuest: true}, 8)
+	benchRequestPath(b, hostsim.Options{TimeGuest: true}, benchShape{workers: 8})
 }
 
 // BenchmarkRequestPathReplay64 runs the same b.N requests (after the same
@@ -392,14 +436,22 @@ func BenchmarkRequestPathGuest64W8(b *testing.B) {
 // all of them. min-p50-µs and min-p99-µs are the module's own median and
 // tail; guest-p99-µs is one run's, for comparison. Run with -benchtime
 // 20000x.
-func BenchmarkRequestPathReplay64(b *testing.B) {
+func BenchmarkRequestPathReplay64(b *testing.B) { benchReplay(b, benchShape{workers: benchWorkers}) }
+
+// BenchmarkRequestPathReplay64Scraper is BenchmarkRequestPathReplay64 with
+// the scraper VM of BenchmarkRequestPathGuest64Scraper.
+func BenchmarkRequestPathReplay64Scraper(b *testing.B) {
+	benchReplay(b, benchShape{workers: benchWorkers, scraper: true})
+}
+
+func benchReplay(b *testing.B, shape benchShape) {
 	const replayRuns = 3
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var best, first []time.Duration
 	b.ReportAllocs()
 	for run := range replayRuns {
-		f := newBenchFleet(b, hostsim.Options{TimeGuest: true})
+		f := newBenchFleetOf(b, hostsim.Options{TimeGuest: true}, shape)
 		f.warm(benchWarmup)
 		if run == 0 {
 			b.ResetTimer()
@@ -447,7 +499,7 @@ func BenchmarkRequestPathPaired64(b *testing.B) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	f := newBenchFleet(b, hostsim.Options{TimeGuest: true})
-	g := newBenchFleetFrom(b, hostsim.Options{TimeGuest: true}, benchWorkers, base)
+	g := newBenchFleetFrom(b, hostsim.Options{TimeGuest: true}, benchShape{workers: benchWorkers}, base)
 	f.warm(benchWarmup)
 	g.warm(benchWarmup)
 	b.ReportAllocs()
@@ -534,10 +586,10 @@ func BenchmarkResponseChunk64(b *testing.B) {
 	b.ReportMetric(float64(wall.Nanoseconds())/float64(chunks), "wall-ns/chunk")
 }
 
-func benchRequestPath(b *testing.B, opts hostsim.Options, workers int) {
+func benchRequestPath(b *testing.B, opts hostsim.Options, shape benchShape) {
 	runtime.LockOSThread() // threadCPU measures this thread
 	defer runtime.UnlockOSThread()
-	f := newBenchFleetOf(b, opts, workers)
+	f := newBenchFleetOf(b, opts, shape)
 	f.phase = new([5][]time.Duration)
 	f.warm(benchWarmup)
 	var lat, cpu, ref []time.Duration
@@ -580,6 +632,10 @@ func benchRequestPath(b *testing.B, opts hostsim.Options, workers int) {
 	if len(f.ticks) > 0 {
 		slices.Sort(f.ticks)
 		b.ReportMetric(micros(percentile(f.ticks, 0.50)), "tick-p50-µs")
+	}
+	if opts.TimeGuest && len(f.workerTicks) > 0 {
+		slices.Sort(f.workerTicks)
+		b.ReportMetric(micros(percentile(f.workerTicks, 0.50)), "worker-tick-p50-µs")
 	}
 	f.dumpLogs()
 }

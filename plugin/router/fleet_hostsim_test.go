@@ -644,3 +644,71 @@ func TestPrefixShareGarbageLoggedOnce(t *testing.T) {
 		t.Errorf("2 idle workers logged the same unreadable index %d times over 10 ticks, want once each", warned)
 	}
 }
+
+// TestScraperRole: a VM configured with "role":"scraper" (an Envoy
+// bootstrap service on the main thread) takes the scrape lease from the
+// worker holding it, publishes what the workers route on, stays out of the
+// worker list they read on every request, and when it goes away a worker
+// scrapes again.
+func TestScraperRole(t *testing.T) {
+	f := newTestFleet(t, 2, 2, "")
+	f.advance(time.Second)
+	if l := lease(t, f.h); l.Holder == 0 || l.Holder&fleet.ScraperBit != 0 {
+		t.Fatalf("lease before the scraper = %+v, want a worker's", l)
+	}
+	scraper, err := f.h.NewVM(context.Background(), f.mod, testVMID, nil)
+	if err != nil {
+		t.Fatalf("NewVM = %v", err)
+	}
+	if _, err := scraper.Configure(testRootID, []byte(f.config(`,"role":"scraper"`, nil))); err != nil {
+		t.Fatalf("Configure(scraper) = %v", err)
+	}
+	f.advance(time.Second)
+	if l := lease(t, f.h); l.Holder&fleet.ScraperBit == 0 {
+		t.Fatalf("lease with a scraper running = %+v, want the scraper's (holder with fleet.ScraperBit)", l)
+	}
+	v, _, ok := f.h.SharedData(testVMID, fleet.KeyRegistry)
+	var reg fleet.Registry
+	if !ok || reg.Decode(v) != nil || len(reg.Workers) != 2 {
+		t.Fatalf("worker list = %v (found %v), want the 2 workers", reg.Workers, ok)
+	}
+	for _, id := range reg.Workers {
+		if id&fleet.ScraperBit != 0 {
+			t.Fatalf("worker list %v holds the scraper", reg.Workers)
+		}
+	}
+	before := f.replicas[1].count()
+	f.replicas[0].set(func(r *fakeReplica) { r.waiting, r.running, r.kv = 40, 60, 0.9 })
+	f.advance(time.Second)
+	// One scraper: about one scrape per 100 ms tick, not one per VM.
+	if n := f.replicas[1].count() - before; n < 8 || n > 13 {
+		t.Errorf("scrapes of one replica in 1 s with the scraper leading = %d, want about 10", n)
+	}
+	for w := range f.vms {
+		if dst := f.route(w, "after the scraper's scrape"); dst != "10.0.0.2:8000" {
+			t.Fatalf("worker %d routed to %s; want the idle 10.0.0.2:8000 (the scraper saw 10.0.0.1 busy)", w, dst)
+		}
+	}
+	if err := scraper.Close(); err != nil {
+		t.Fatalf("Close(scraper) = %v", err)
+	}
+	before = f.replicas[1].count()
+	f.advance(2 * time.Second)
+	if got := f.replicas[1].count() - before; got < 5 {
+		t.Fatalf("after the scraper left: %d scrapes in 2 s, want a worker scraping (≥ 5)", got)
+	}
+	if l := lease(t, f.h); l.Holder&fleet.ScraperBit != 0 {
+		t.Errorf("lease after the scraper left = %+v, want a worker's", l)
+	}
+}
+
+// lease decodes the scrape lease in h's shared data.
+func lease(t *testing.T, h *hostsim.Host) fleet.Lease {
+	t.Helper()
+	var l fleet.Lease
+	v, _, ok := h.SharedData(testVMID, fleet.KeyLease)
+	if !ok || l.Decode(v) != nil {
+		t.Fatalf("scrape lease missing or unreadable (found %v)", ok)
+	}
+	return l
+}

@@ -30,8 +30,12 @@ func (r *root) tick(now int64) {
 	// Ejections end and evidence ages between snapshots too.
 	r.presentAll(now)
 	r.readRemoteWork(now)
-	r.exchangeWork(now)
-	r.exchangeAdapters(now)
+	if !r.cfg.Scraper {
+		// A scraper routes nothing: it has no in-flight work or
+		// placements of its own to share.
+		r.exchangeWork(now)
+		r.exchangeAdapters(now)
+	}
 	r.mergePrefixes(now)
 	if r.leader && len(r.peers) > 0 {
 		r.askPeers()
@@ -44,11 +48,17 @@ func (r *root) tick(now int64) {
 
 // join takes a worker id and adds it to the shared worker list so the other
 // workers read this one's in-flight work. Ids come from a CAS counter; the
-// list is updated with CAS too (a lost race retries on the next tick).
+// list is updated with CAS too (a lost race retries on the next tick). A
+// scraper's id carries fleet.ScraperBit and is not listed: it has no work
+// for the workers to read on every request.
 func (r *root) join(now int64) {
 	if r.worker == 0 {
 		id, ok := r.nextWorkerID(now)
 		if !ok {
+			return
+		}
+		if r.cfg.Scraper {
+			r.worker, r.registered = id|fleet.ScraperBit, true
 			return
 		}
 		r.worker = id
@@ -96,7 +106,7 @@ func (r *root) leave() {
 		}
 		r.leader = false
 	}
-	if !r.registered {
+	if !r.registered || r.cfg.Scraper {
 		return
 	}
 	for range 3 {
