@@ -312,7 +312,9 @@ func (r *root) writeWork(now int64) {
 }
 
 // gatherPeerWork sets Replica.PeerWork to the other workers' work plus what
-// the peer gateways reported (peers.go).
+// the peer gateways reported (peers.go), rewriting only the replicas whose
+// sum moved since the last call (fleet.Board.Gather) unless the peer
+// gateways' sum or whether the board counts changed.
 func (r *root) gatherPeerWork(now int64) {
 	local := r.worker != 0 && len(r.registry.Workers) > 1
 	if !local && r.remoteNanos == 0 {
