@@ -2,7 +2,10 @@ package fleet
 
 import (
 	"bytes"
+	"slices"
 	"testing"
+
+	"github.com/gpuroute/gpuroute/scoring"
 )
 
 // Fuzz targets: decoding any input either fails (leaving the receiver as it
@@ -120,6 +123,8 @@ func FuzzBoardPatch(f *testing.F) {
 		if err := b.Update(3, 1, buf); err != nil {
 			t.Fatal(err)
 		}
+		first, _, _ := b.Gather(9, 20, 1<<40, len(w.Work))
+		mine := slices.Clone(first)
 		for k := 0; k+1 < len(in) && k < 40; k += 2 {
 			i := int(in[k]) % len(w.Work)
 			w.Work[i].QueuedN = int64(in[k+1])
@@ -137,6 +142,19 @@ func FuzzBoardPatch(f *testing.F) {
 		}
 		if got := b.Record(3); !recEqual(got, &whole) || got.Seq != whole.Seq {
 			t.Fatalf("after publishes %v the board holds %+v, want the whole decode %+v", in, got, &whole)
+		}
+		// Gather's changed entries bring a copy of its sums to Sum's.
+		sum, changed, all := b.Gather(9, 20, 1<<40, len(w.Work))
+		if all {
+			copy(mine, sum)
+		}
+		for _, i := range changed {
+			mine[i] = sum[i]
+		}
+		want := make([]scoring.Work, len(w.Work))
+		b.Sum(9, 20, 1<<40, want)
+		if !slices.Equal(mine, want) {
+			t.Fatalf("after publishes %v Gather kept %+v, want Sum's %+v", in, mine, want)
 		}
 	})
 }
