@@ -118,7 +118,14 @@ func FuzzBoardPatch(f *testing.F) {
 				}
 			}
 		}
-		// A real later publish.
+		// A real later publish, of entries without prefill windows but
+		// one (a windowed entry is summed again by every Gather, so only
+		// the others show whether patched entries are).
+		for i := range w.Work[1:] {
+			w.Work[1+i].RunFromNanos, w.Work[1+i].RunUntilNanos = 0, 0
+		}
+		w.NextPublish()
+		buf, _ = w.AppendBinary(buf[:0])
 		b = Board{ConfigID: 7}
 		if err := b.Update(3, 1, buf); err != nil {
 			t.Fatal(err)
