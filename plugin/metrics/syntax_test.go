@@ -300,3 +300,22 @@ func TestNamesOverride(t *testing.T) {
 		t.Errorf("overridden waiting = %d (present %v), want 5", s.Waiting, s.Has(FieldWaiting))
 	}
 }
+
+// TestShortNameRead: a name read that is shorter than the 8 bytes unread
+// lines are told apart by is still read, on lines long enough to be
+// checked that way and on shorter ones.
+func TestShortNameRead(t *testing.T) {
+	n := DefaultNames(EngineVLLM)
+	n.Waiting.Metric = "wait"
+	p, err := NewParser(EngineVLLM, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, body := range []string{"wait{model_name=\"m\"} 5\n", "wait 5\n", "waiting_other 9\nwait 5\n"} {
+		var s Sample
+		_ = p.Parse([]byte(body), &s)
+		if !s.Has(FieldWaiting) || s.Waiting != 5 {
+			t.Errorf("Parse(%q): waiting = %d (present %v), want 5", body, s.Waiting, s.Has(FieldWaiting))
+		}
+	}
+}
