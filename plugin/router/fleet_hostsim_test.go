@@ -651,21 +651,30 @@ func TestPrefixShareGarbageLoggedOnce(t *testing.T) {
 // worker list they read on every request, and when it goes away a worker
 // scrapes again.
 func TestScraperRole(t *testing.T) {
-	f := newTestFleet(t, 2, 2, "")
+	const status = `,"status_path":"/status"`
+	f := newTestFleet(t, 2, 2, status)
 	f.advance(time.Second)
 	if l := lease(t, f.h); l.Holder == 0 || l.Holder&fleet.ScraperBit != 0 {
 		t.Fatalf("lease before the scraper = %+v, want a worker's", l)
+	}
+	if st := f.status(0); st.Scraping != "worker" {
+		t.Errorf("status before the scraper: scraping %q, want \"worker\"", st.Scraping)
 	}
 	scraper, err := f.h.NewVM(context.Background(), f.mod, testVMID, nil)
 	if err != nil {
 		t.Fatalf("NewVM = %v", err)
 	}
-	if _, err := scraper.Configure(testRootID, []byte(f.config(`,"role":"scraper"`, nil))); err != nil {
+	if _, err := scraper.Configure(testRootID, []byte(f.config(status+`,"role":"scraper"`, nil))); err != nil {
 		t.Fatalf("Configure(scraper) = %v", err)
 	}
 	f.advance(time.Second)
 	if l := lease(t, f.h); l.Holder&fleet.ScraperBit == 0 {
 		t.Fatalf("lease with a scraper running = %+v, want the scraper's (holder with fleet.ScraperBit)", l)
+	}
+	for w := range f.vms {
+		if st := f.status(w); st.Leader || st.Scraping != "scraper" {
+			t.Errorf("worker %d status with the scraper running: leader %v, scraping %q; want false, \"scraper\"", w, st.Leader, st.Scraping)
+		}
 	}
 	v, _, ok := f.h.SharedData(testVMID, fleet.KeyRegistry)
 	var reg fleet.Registry

@@ -60,6 +60,8 @@ func (f *testFleet) status(w int) statusDoc {
 }
 
 type statusDoc struct {
+	Leader   bool   `json:"leader"`
+	Scraping string `json:"scraping"`
 	Replicas []struct {
 		Name             string `json:"name"`
 		Healthy          bool   `json:"healthy"`

@@ -7,6 +7,8 @@ import (
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
+	"github.com/gpuroute/gpuroute/plugin/config"
+	"github.com/gpuroute/gpuroute/plugin/fleet"
 	"github.com/gpuroute/gpuroute/plugin/proxy"
 	"github.com/gpuroute/gpuroute/scoring"
 )
@@ -42,6 +44,21 @@ func (r *root) unavailableBody(d *scoring.Decision) []byte {
 	return b
 }
 
+// scrapingBy says which kind of VM holds the scrape lease: "scraper" (a
+// config.RoleScraper service), "worker", or "nobody" (none valid now), so
+// an operator sees that a worker not leading is expected.
+func (r *root) scrapingBy(now int64) string {
+	var l fleet.Lease
+	v, _, err := proxy.GetSharedData(fleet.KeyLease)
+	switch {
+	case err != nil || l.Decode(v) != nil || l.Holder == 0 || l.ExpiresNanos <= now:
+		return "nobody"
+	case l.Holder&fleet.ScraperBit != 0:
+		return config.RoleScraper
+	}
+	return config.RoleWorker
+}
+
 // isStatusPath reports whether the request path (query ignored) is the
 // configured status path.
 func isStatusPath(path []byte, want string) bool {
@@ -62,6 +79,8 @@ func (r *root) serveStatus() types.Action {
 	b = strconv.AppendUint(b, r.worker, 10)
 	b = append(b, `,"leader":`...)
 	b = strconv.AppendBool(b, r.leader)
+	b = append(b, `,"scraping":`...)
+	b = strconv.AppendQuote(b, r.scrapingBy(now))
 	b = append(b, `,"snapshot_generation":`...)
 	b = strconv.AppendUint(b, r.snap.Generation, 10)
 	b = append(b, `,"in_flight":`...)
