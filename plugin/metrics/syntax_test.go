@@ -286,36 +286,33 @@ func TestNewParserRejects(t *testing.T) {
 }
 
 // TestNamesOverride shows configuration renaming a metric: Dynamo re-exports
-// trtllm-serve's gauges with a "trtllm:" prefix.
+// trtllm-serve's gauges with a "trtllm:" prefix. A name shorter than the 8
+// bytes unread lines are told apart by is read too, on lines long enough
+// to be checked that way and on shorter ones.
 func TestNamesOverride(t *testing.T) {
-	n := DefaultNames(EngineTRTLLM)
-	n.Waiting.Metric = "trtllm:num_requests_waiting"
-	p, err := NewParser(EngineTRTLLM, n)
-	if err != nil {
-		t.Fatal(err)
+	tests := []struct {
+		name, waiting string
+		engine        Engine
+		bodies        []string
+	}{
+		{name: "dynamo prefix", waiting: "trtllm:num_requests_waiting", engine: EngineTRTLLM,
+			bodies: []string{"trtllm:num_requests_waiting 5\ntrtllm_num_requests_waiting 9\n"}},
+		{name: "short name", waiting: "wait", engine: EngineVLLM,
+			bodies: []string{"wait{model_name=\"m\"} 5\n", "wait 5\n", "waiting_other 9\nwait 5\n"}},
 	}
-	var s Sample
-	_ = p.Parse([]byte("trtllm:num_requests_waiting 5\ntrtllm_num_requests_waiting 9\n"), &s)
-	if !s.Has(FieldWaiting) || s.Waiting != 5 {
-		t.Errorf("overridden waiting = %d (present %v), want 5", s.Waiting, s.Has(FieldWaiting))
-	}
-}
-
-// TestShortNameRead: a name read that is shorter than the 8 bytes unread
-// lines are told apart by is still read, on lines long enough to be
-// checked that way and on shorter ones.
-func TestShortNameRead(t *testing.T) {
-	n := DefaultNames(EngineVLLM)
-	n.Waiting.Metric = "wait"
-	p, err := NewParser(EngineVLLM, n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, body := range []string{"wait{model_name=\"m\"} 5\n", "wait 5\n", "waiting_other 9\nwait 5\n"} {
-		var s Sample
-		_ = p.Parse([]byte(body), &s)
-		if !s.Has(FieldWaiting) || s.Waiting != 5 {
-			t.Errorf("Parse(%q): waiting = %d (present %v), want 5", body, s.Waiting, s.Has(FieldWaiting))
+	for _, tt := range tests {
+		n := DefaultNames(tt.engine)
+		n.Waiting.Metric = tt.waiting
+		p, err := NewParser(tt.engine, n)
+		if err != nil {
+			t.Fatalf("%s: NewParser = %v", tt.name, err)
+		}
+		for _, body := range tt.bodies {
+			var s Sample
+			_ = p.Parse([]byte(body), &s)
+			if !s.Has(FieldWaiting) || s.Waiting != 5 {
+				t.Errorf("%s: Parse(%q): waiting = %d (present %v), want 5", tt.name, body, s.Waiting, s.Has(FieldWaiting))
+			}
 		}
 	}
 }
