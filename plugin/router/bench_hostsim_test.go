@@ -158,6 +158,7 @@ type benchFleet struct {
 	// that spent most in it (hostsim.Options.TimeGuest): how long a tick
 	// holds a worker's thread, and the requests waiting on it.
 	workerTicks []time.Duration
+	tickGuest0  []time.Duration // advance's scratch
 	// phase, when non-nil, collects per-callback times: request headers,
 	// request body (the decision), response headers, response body chunks,
 	// done/log/delete.
@@ -242,10 +243,11 @@ func newBenchFleetFrom(b *testing.B, opts hostsim.Options, shape benchShape, was
 // advance runs one tick period of virtual time (ticks, scrapes and their
 // responses) and records how long it took.
 func (f *benchFleet) advance() {
-	g0 := make([]time.Duration, len(f.vms))
-	for i, vm := range f.vms {
-		g0[i] = vm.GuestTime()
+	g0 := f.tickGuest0[:0]
+	for _, vm := range f.vms {
+		g0 = append(g0, vm.GuestTime())
 	}
+	f.tickGuest0 = g0
 	t0 := time.Now()
 	if err := f.h.Advance(100 * time.Millisecond); err != nil {
 		f.b.Fatalf("Advance = %v", err)
