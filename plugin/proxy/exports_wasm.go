@@ -2,10 +2,7 @@
 
 package proxy
 
-import (
-	"runtime"
-	"unsafe"
-)
+import "unsafe"
 
 // Guest exports (ABI.md §2.3, spec v0.2.1 "Functions exposed by the Wasm
 // module"). Each one recovers: on panic it logs and counts (recovered) and
@@ -124,20 +121,7 @@ func proxyOnContextCreate(contextID, parentID uint32) {
 	}
 }
 
-// proxyOnTick runs PluginContext.OnTick, then yields to the Go scheduler.
-//
-// The yield is what lets a garbage collection finish. In a reactor only the
-// callback's goroutine runs; the collector's background mark worker gets the
-// thread only when a callback yields, which an allocation-free plugin never
-// does. A cycle that some allocation started then stays in its mark phase
-// until later allocations' assists have done the marking, with the write
-// barrier on for every pointer store meanwhile: in BenchmarkGuestProfile a
-// cycle begun in the warm-up ended only after 20,000 timed requests, which
-// ran 20 write barriers and 1.8 µs of barrier-buffer flushes per request.
-// Yielding once per tick runs the marking there, off the request path
-// (TestTickEndsGCCycle). It cannot wait on a timer (see DESIGN.md §4:
-// Envoy's poll_oneoff fails): this goroutine is runnable throughout, so
-// the scheduler comes back to it without idling.
+// proxyOnTick runs PluginContext.OnTick.
 //
 //go:wasmexport proxy_on_tick
 func proxyOnTick(rootID uint32) {
@@ -147,7 +131,6 @@ func proxyOnTick(rootID uint32) {
 			recovered(exportOnTick, r)
 		}
 		leave(prev)
-		runtime.Gosched()
 	}()
 	if root := roots[rootID]; root != nil {
 		root.plugin.OnTick()
