@@ -172,12 +172,13 @@ func appendLE(b []byte, v uint64, n int) []byte {
 func (r *root) passiveOn() bool { return r.cfg.PassiveFailures > 0 }
 
 // syncSuspects reads the shared passive state when another worker changed
-// it. It runs when a stream starts, so a decision never uses state older
-// than the last failure any worker saw; with nothing changed it costs one
-// host call returning a few bytes.
-func (r *root) syncSuspects(now int64) {
+// it, and reports whether it did: the caller then refreshes the replicas'
+// views (presentAll). It runs when a stream starts, so a decision never
+// uses state older than the last failure any worker saw; with nothing
+// changed it costs one host call returning a few bytes, and no clock read.
+func (r *root) syncSuspects() (changed bool) {
 	if !r.passiveOn() {
-		return
+		return false
 	}
 	p := &r.passive
 	p.size(len(r.replicas))
@@ -186,16 +187,16 @@ func (r *root) syncSuspects(now int64) {
 		if err == proxy.ErrNotFound && p.cas != 0 {
 			p.cas = 0
 			clear(p.entries)
-			r.presentAll(now)
+			return true
 		}
-		return
+		return false
 	}
 	if cas == p.cas {
-		return
+		return false
 	}
 	p.cas = cas
 	decodeSuspects(v, r.configID, p.entries)
-	r.presentAll(now)
+	return true
 }
 
 // updateSuspect applies f to replica i's shared entry with a

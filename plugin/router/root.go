@@ -308,7 +308,9 @@ func (r *root) NewHttpContext(contextID uint32) types.HttpContext {
 	s.reset(r, contextID)
 	// Before the stream's decision: another worker may have just ejected a
 	// replica (a client's re-send comes through any worker).
-	r.syncSuspects(time.Now().UnixNano())
+	if r.syncSuspects() {
+		r.presentAll(time.Now().UnixNano())
+	}
 	return s
 }
 

@@ -26,8 +26,9 @@ func (r *root) tick(now int64) {
 		r.scrape(now)
 	}
 	r.readSnapshot()
-	r.syncSuspects(now)
-	// Ejections end and evidence ages between snapshots too.
+	r.syncSuspects()
+	// Ejections end and evidence ages between snapshots too, so every
+	// replica's view is refreshed whether or not the shared state changed.
 	r.presentAll(now)
 	r.readRemoteWork(now)
 	if !r.cfg.Scraper {

@@ -72,7 +72,9 @@ func isStatusPath(path []byte, want string) bool {
 // this worker sees it. It echoes nothing from the request.
 func (r *root) serveStatus() types.Action {
 	now := time.Now().UnixNano()
-	r.syncSuspects(now)
+	if r.syncSuspects() {
+		r.presentAll(now)
+	}
 	b := append(r.scratch[:0], `{"root":`...)
 	b = strconv.AppendUint(b, uint64(r.id), 10)
 	b = append(b, `,"worker":`...)
