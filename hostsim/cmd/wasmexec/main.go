@@ -12,6 +12,14 @@
 // the temporary directory mounted read-write at their own paths, so
 // testdata/ and t.TempDir work. The exit code is the guest's.
 //
+// A test binary of a plugin package imports the proxy-wasm host functions
+// (module "env"). They answer as a host with nothing in it: every
+// proxy_get_* NotFound, every other call Ok, nothing written to the guest's
+// memory. That is enough for benchmarks of code that only counts stats or
+// looks for shared data in passing (plugin/router's BenchmarkDecision64);
+// tests that need a host run in hostsim. node.mjs does the same under V8,
+// the engine Envoy runs modules in by default.
+//
 // Compiled code is cached in the user cache directory (gpuroute-wasmexec),
 // so a test binary that did not change starts fast the second time.
 package main
@@ -22,8 +30,10 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/imports/wasi_snapshot_preview1"
 	"github.com/tetratelabs/wazero/sys"
 )
@@ -60,6 +70,13 @@ func run(path string, args []string) (uint32, error) {
 	rt := wazero.NewRuntimeWithConfig(ctx, cfg)
 	defer rt.Close(ctx)
 	wasi_snapshot_preview1.MustInstantiate(ctx, rt)
+	compiled, err := rt.CompileModule(ctx, bin)
+	if err != nil {
+		return 0, err
+	}
+	if err := instantiateEmptyHost(ctx, rt, compiled); err != nil {
+		return 0, err
+	}
 
 	wd, err := os.Getwd()
 	if err != nil {
@@ -89,12 +106,52 @@ func run(path string, args []string) (uint32, error) {
 	// Go's wasip1 runtime takes its working directory from PWD.
 	mc = mc.WithEnv("PWD", wd).WithEnv("TMPDIR", tmp)
 
-	_, err = rt.InstantiateWithConfig(ctx, bin, mc)
+	_, err = rt.InstantiateModule(ctx, compiled, mc)
 	var exit *sys.ExitError
 	if errors.As(err, &exit) {
 		return exit.ExitCode(), nil
 	}
 	return 0, err
+}
+
+// Results of the empty host's proxy-wasm functions (ABI v0.2.1 WasmResult).
+const (
+	resultOk       = 0
+	resultNotFound = 1
+)
+
+// hostModule is the module name of the proxy-wasm host functions.
+const hostModule = "env"
+
+// instantiateEmptyHost instantiates, when compiled imports proxy-wasm host
+// functions, a host module of that name whose functions have the imported
+// signatures and answer as a host with nothing in it (see the package
+// comment).
+func instantiateEmptyHost(ctx context.Context, rt wazero.Runtime, compiled wazero.CompiledModule) error {
+	b := rt.NewHostModuleBuilder(hostModule)
+	n := 0
+	for _, f := range compiled.ImportedFunctions() {
+		module, name, _ := f.Import()
+		if module != hostModule {
+			continue
+		}
+		answer := uint64(resultOk)
+		if strings.HasPrefix(name, "proxy_get_") {
+			answer = resultNotFound
+		}
+		results := f.ResultTypes()
+		b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(_ context.Context, _ api.Module, stack []uint64) {
+			if len(results) > 0 {
+				stack[0] = answer
+			}
+		}), f.ParamTypes(), results).Export(name)
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	_, err := b.Instantiate(ctx)
+	return err
 }
 
 // moduleRoot returns the nearest directory at or above dir holding go.mod, or "".

@@ -41,10 +41,9 @@ func TestModuleRoot(t *testing.T) {
 	}
 }
 
-// TestRun builds the probe guest for wasip1 and runs it: arguments,
-// environment, the module directory, a temporary directory and real clocks
-// reach it, and its exit code comes back.
-func TestRun(t *testing.T) {
+// buildProbe builds the probe guest for wasip1 and returns its path.
+func buildProbe(t *testing.T) string {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("builds a wasip1 program")
 	}
@@ -55,10 +54,40 @@ func TestRun(t *testing.T) {
 		t.Fatalf("build probe: %v\n%s", err, b)
 	}
 	t.Setenv("WASMEXEC_PROBE", "yes")
+	return out
+}
+
+// TestRun runs the probe guest: arguments, environment, the module
+// directory, a temporary directory, real clocks and the empty proxy-wasm
+// host reach it, and its exit code comes back.
+func TestRun(t *testing.T) {
+	probe := buildProbe(t)
 	for _, want := range []uint32{0, 3} {
-		code, err := run(out, []string{string(rune('0' + want))})
+		code, err := run(probe, []string{string(rune('0' + want))})
 		if err != nil || code != want {
 			t.Errorf("run(probe %d) = %d, %v, want %d, nil", want, code, err, want)
+		}
+	}
+}
+
+// TestNodeRun runs the probe guest under node.mjs (V8), which must give it
+// what wasmexec gives. Skipped without Node.js.
+func TestNodeRun(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node not installed")
+	}
+	probe := buildProbe(t)
+	for _, want := range []int{0, 3} {
+		out, err := exec.Command(node, "node.mjs", probe, string(rune('0'+want))).CombinedOutput()
+		code := 0
+		if exit, ok := err.(*exec.ExitError); ok {
+			code = exit.ExitCode()
+		} else if err != nil {
+			t.Fatalf("node node.mjs probe: %v\n%s", err, out)
+		}
+		if code != want {
+			t.Errorf("node node.mjs probe %d exited %d, want %d\n%s", want, code, want, out)
 		}
 	}
 }

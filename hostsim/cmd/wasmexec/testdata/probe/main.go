@@ -1,7 +1,7 @@
 // Command probe is wasmexec's test guest: it checks what a test binary
 // relies on (arguments, environment, working directory, the module's files,
-// a writable temporary directory, a moving clock) and exits with the code
-// given as its first argument.
+// a writable temporary directory, a moving clock, the empty proxy-wasm
+// host) and exits with the code given as its first argument.
 package main
 
 import (
@@ -34,6 +34,9 @@ func main() {
 	time.Sleep(time.Millisecond)
 	if time.Since(t0) < time.Millisecond {
 		fail("clock does not move")
+	}
+	if msg := checkHost(); msg != "" {
+		fail(msg)
 	}
 	code, _ := strconv.Atoi(os.Args[1])
 	os.Exit(code)
