@@ -49,6 +49,27 @@ bench-wasm: ## scoring benchmarks natively and under wazero (wasip1), to compare
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./scoring
 	GOOS=wasip1 GOARCH=wasm $(GO) test -exec $(CURDIR)/$(WASMEXEC) -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./scoring
 
+# The decision's benchmarks (the whole decision on a 32 KB body, Pick, the prompt
+# memo, the body parse, a streamed token event) natively, under wazero and under
+# V8, the engine Envoy runs modules in by default (Node.js, through
+# hostsim/cmd/wasmexec/node.mjs); compare the three ns/op columns.
+ENGINE_BENCH := -run '^$$' -bench 'Decision64$$|PickBase64$$|MemoReplay32KB$$|ParseTextRouter|StreamCounterEvent$$' -benchmem -benchtime $(BENCHTIME)
+ENGINE_PKGS := ./scoring ./plugin/openai ./plugin/router
+.PHONY: bench-engines
+bench-engines: ## the decision's benchmarks natively, under wazero and under V8 (node required)
+	@mkdir -p build
+	$(GO) build -o $(WASMEXEC) ./hostsim/cmd/wasmexec
+	$(GO) test $(ENGINE_BENCH) $(ENGINE_PKGS)
+	GOOS=wasip1 GOARCH=wasm $(GO) test -exec $(CURDIR)/$(WASMEXEC) $(ENGINE_BENCH) $(ENGINE_PKGS)
+	GOOS=wasip1 GOARCH=wasm $(GO) test -timeout 0 -exec "node --no-liftoff $(CURDIR)/hostsim/cmd/wasmexec/node.mjs" $(ENGINE_BENCH) $(ENGINE_PKGS)
+
+# BenchmarkRequestPathGuest64's scenario with the module under V8 (node
+# --no-liftoff, TurboFan only as in Envoy's V8) through a benchmark host in
+# JavaScript; prints one JSON line of per-request percentiles.
+.PHONY: bench-v8
+bench-v8: wasm ## the whole request path under V8 (node required), as BenchmarkRequestPathGuest64 runs it under wazero
+	node --no-liftoff hostsim/v8/requestpath.mjs $(WASM) 20000
+
 fuzz: ## run every fuzz target for FUZZTIME each (opt-in)
 	@set -e; for pkg in $$($(GO) list ./...); do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
