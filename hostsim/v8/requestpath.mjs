@@ -1,14 +1,15 @@
 // requestpath.mjs runs BenchmarkRequestPathGuest64's scenario (plugin/router)
 // with the module under V8, the WebAssembly engine Envoy runs modules in by
-// default, instead of wazero: one Envoy of two worker VMs, 64 vLLM replicas
-// scraped every tick, a tick every 100 requests, 16 requests in flight, each a
-// ~32 KB chat body, a response of four SSE token events and [DONE]. It is a
+// default, instead of wazero: one Envoy of two worker VMs (the third argument
+// sets how many: BenchmarkRequestPathGuest64W8 has 8), 64 vLLM replicas
+// scraped every tick, a tick every 100 requests, 16 requests in flight, each
+// a ~32 KB chat body, a response of four SSE token events and [DONE]. It is a
 // benchmark host, not an emulation of Envoy: it implements the proxy-wasm ABI
 // v0.2.1 calls the module makes on that path and nothing else (hostsim is the
 // host the tests trust). Per request it times the module's callbacks with the
 // host functions they call, which are a few JavaScript lines each here.
 //
-//   node --no-liftoff hostsim/v8/requestpath.mjs build/gpuroute.wasm [requests]
+//   node --no-liftoff hostsim/v8/requestpath.mjs build/gpuroute.wasm [requests] [workers]
 //
 // --no-liftoff compiles every function with TurboFan up front, as
 // proxy-wasm-cpp-host's V8 integration does (src/v8/v8.cc turns Liftoff off).
@@ -20,8 +21,7 @@ import process from 'node:process';
 import { WASI } from 'node:wasi';
 
 const replicas = 64;
-const workers = 2;
-const window = 16; // requests in flight
+const window = 16; // requests in flight (a multiple of the workers)
 const tickEvery = 100; // requests per tick
 const warmup = 3000;
 const systems = 6; // distinct system prompts
@@ -311,7 +311,7 @@ function percentile(sorted, p) {
 // run drives one Envoy of workers VMs through warmup + requests requests
 // and returns each measured request's time (µs, in request order) and what
 // it checked.
-function run(module, bs, requests) {
+function run(module, bs, requests, workers) {
   const host = new Host();
   const cfg = config();
   const vms = [];
@@ -405,12 +405,13 @@ function run(module, bs, requests) {
 }
 
 async function main() {
-  const [wasmPath, n = '20000'] = process.argv.slice(2);
-  if (!wasmPath) {
-    process.stderr.write('usage: node --no-liftoff requestpath.mjs gpuroute.wasm [requests]\n');
+  const [wasmPath, n = '20000', w = '2'] = process.argv.slice(2);
+  const requests = Number(n);
+  const workers = Number(w);
+  if (!wasmPath || !(requests > window) || !(workers >= 1 && window % workers === 0)) {
+    process.stderr.write(`usage: node --no-liftoff requestpath.mjs gpuroute.wasm [requests > ${window}] [workers dividing ${window}]\n`);
     process.exit(2);
   }
-  const requests = Number(n);
   const module = await WebAssembly.compile(await readFile(wasmPath));
   const bs = bodies(4096);
   // Each request's shortest time over replayRuns identical runs (same
@@ -418,7 +419,7 @@ async function main() {
   // hits the same request in all (BenchmarkRequestPathReplay64's method).
   const replayRuns = 3;
   const runs = [];
-  for (let i = 0; i < replayRuns; i++) runs.push(run(module, bs, requests));
+  for (let i = 0; i < replayRuns; i++) runs.push(run(module, bs, requests, workers));
   const first = runs[0];
   const best = first.whole.map((t, i) => Math.min(...runs.map((r) => r.whole[i])));
   const sorted = (v) => [...v].sort((a, b) => a - b);
@@ -427,6 +428,7 @@ async function main() {
   const bestSorted = sorted(best);
   const out = {
     engine: `V8 ${process.versions.v8}`,
+    workers,
     requests,
     routed: first.routed,
     misrouted: runs.reduce((m, r) => m + r.misrouted, 0),
