@@ -33,6 +33,7 @@ const destinationHeader = 'x-gateway-destination-endpoint';
 const Ok = 0;
 const NotFound = 1;
 const CasMismatch = 8;
+const InternalFailure = 10;
 const BufferType = { RequestBody: 0, ResponseBody: 1, HttpCallResponseBody: 4, VmConfiguration: 6, PluginConfiguration: 7 };
 const MapType = { RequestHeaders: 0, ResponseHeaders: 2, HttpCallResponseHeaders: 6 };
 const LogError = 4;
@@ -164,7 +165,7 @@ class VM {
   // and length at retPtr and retLen.
   give(b, retPtr, retLen) {
     const p = this.x.proxy_on_memory_allocate(b.length);
-    if (p === 0 && b.length > 0) return 10; // InternalFailure
+    if (p === 0 && b.length > 0) return InternalFailure;
     this.views().mem.set(b, p);
     this.u32(retPtr, p);
     this.u32(retLen, b.length);
