@@ -27,12 +27,12 @@ type v8Result struct {
 // module as hostsim does, or its figures mean nothing. Every request is
 // routed to a configured replica and counted as one decision, every scrape
 // parses, the shared system prompts hit the prefix index, nothing is logged
-// at error level. Skipped without Node.js.
+// at error level. Skipped without Node.js 20 or later.
 func TestV8RequestPath(t *testing.T) {
 	realWasm(t)
-	node, err := exec.LookPath("node")
+	node, err := NodeWASI()
 	if err != nil {
-		t.Skip("node not installed")
+		t.Skip(err)
 	}
 	const requests, warmup = 300, 3000
 	// It exits 1 when a check of its own fails; its figures say which.
@@ -64,4 +64,24 @@ func TestV8RequestPath(t *testing.T) {
 		t.Errorf("p50 %v µs, min-p99 %v µs: want times", r.P50Micros, r.MinP99Micros)
 	}
 	t.Logf("%s: p50 %.1f µs, each request's best of three p99 %.1f µs", r.Engine, r.P50Micros, r.MinP99Micros)
+}
+
+func TestCheckNodeVersion(t *testing.T) {
+	tests := []struct {
+		name, in string
+		ok       bool
+	}{
+		{name: "current", in: "v20.20.2", ok: true},
+		{name: "newer", in: "v24.1.0", ok: true},
+		{name: "older", in: "v18.19.1", ok: false},
+		{name: "not a version", in: "node: command failed", ok: false},
+		{name: "empty", in: "", ok: false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := checkNodeVersion(tt.in); (err == nil) != tt.ok {
+				t.Errorf("checkNodeVersion(%q) = %v, want ok %v", tt.in, err, tt.ok)
+			}
+		})
+	}
 }

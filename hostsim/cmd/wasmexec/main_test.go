@@ -5,6 +5,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/gpuroute/gpuroute/hostsim"
 )
 
 func TestCut(t *testing.T) {
@@ -71,11 +73,11 @@ func TestRun(t *testing.T) {
 }
 
 // TestNodeRun runs the probe guest under node.mjs (V8), which must give it
-// what wasmexec gives. Skipped without Node.js.
+// what wasmexec gives. Skipped without Node.js 20 or later.
 func TestNodeRun(t *testing.T) {
-	node, err := exec.LookPath("node")
+	node, err := hostsim.NodeWASI()
 	if err != nil {
-		t.Skip("node not installed")
+		t.Skip(err)
 	}
 	probe := buildProbe(t)
 	for _, want := range []int{0, 3} {
