@@ -406,6 +406,10 @@ function run(module, bs, requests, workers) {
 }
 
 async function main() {
+  if (Number(process.versions.node.split('.')[0]) < 20) {
+    process.stderr.write(`needs Node.js 20 or later (node:wasi preview1), not ${process.version}\n`);
+    process.exit(2);
+  }
   const [wasmPath, n = '20000', w = '2'] = process.argv.slice(2);
   const requests = Number(n);
   const workers = Number(w);

@@ -38,6 +38,10 @@ async function moduleRoot(dir) {
   }
 }
 
+if (Number(process.versions.node.split('.')[0]) < 20) {
+  process.stderr.write(`needs Node.js 20 or later (node:wasi preview1), not ${process.version}\n`);
+  process.exit(2);
+}
 const [path, ...args] = process.argv.slice(2);
 if (!path) {
   process.stderr.write('usage: node node.mjs prog.wasm [args...]\n');
