@@ -324,7 +324,8 @@ func TestAppendCheckpoints(t *testing.T) {
 // TestIndexListsInvariant: after random records, forgets, evictions,
 // rebuilds and round trips, every replica's slot list holds exactly its
 // live entries (evictReplica walks the list instead of the table), each
-// entry knows its place in the list, and the counts agree.
+// entry knows its place in the list, the counts agree, and every live
+// entry's bit is set in the filter Lookup tests before the table.
 func TestIndexListsInvariant(t *testing.T) {
 	for seed := uint64(0); seed < 10; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 7))
@@ -357,6 +358,9 @@ func TestIndexListsInvariant(t *testing.T) {
 		for i := range x.slots {
 			if e := x.slots[i]; e.rep != 0 && e.rep != tombRep {
 				live++
+				if x.filter[e.hash&x.fmask]&(1<<((e.rep-1)&63)) == 0 {
+					t.Fatalf("seed %d: live entry (%#x, replica %d) has no filter bit: Lookup would miss it", seed, e.hash, e.rep-1)
+				}
 			}
 		}
 		if live != x.used {
