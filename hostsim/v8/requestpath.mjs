@@ -249,7 +249,7 @@ class VM {
       proxy_set_shared_data: (kp, kn, vp, vn, cas) => {
         const k = this.string(kp, kn);
         const e = host.shared.get(k);
-        if (cas !== 0 && (!e || e.cas !== cas)) return CasMismatch;
+        if (e && cas !== 0 && e.cas !== cas) return CasMismatch; // a new key takes any cas, as in Envoy
         if (e && e.value.length === vn) {
           e.value.set(this.bytes(vp, vn)); // readers hold copies in their own memory
           e.cas = ++host.cas;
