@@ -139,7 +139,7 @@ func benchConfig() string {
 
 // benchFleet is one Envoy with workers VMs of the module.
 type benchFleet struct {
-	b       *testing.B
+	b       testing.TB
 	workers int // a divisor of benchWindow
 	h       *hostsim.Host
 	vms     []*hostsim.VM
@@ -174,7 +174,7 @@ var phaseNames = [5]string{"reqhdr", "reqbody", "resphdr", "respbody", "done"}
 // newBenchFleet compiles the module into a Host of its own made with opts
 // (whose Probe, if set, instruments it) and configures benchWorkers
 // workers.
-func newBenchFleet(b *testing.B, opts hostsim.Options) *benchFleet {
+func newBenchFleet(b testing.TB, opts hostsim.Options) *benchFleet {
 	return newBenchFleetOf(b, opts, benchShape{workers: benchWorkers})
 }
 
@@ -187,7 +187,7 @@ type benchShape struct {
 }
 
 // newBenchFleetOf is newBenchFleet with the VMs of shape.
-func newBenchFleetOf(b *testing.B, opts hostsim.Options, shape benchShape) *benchFleet {
+func newBenchFleetOf(b testing.TB, opts hostsim.Options, shape benchShape) *benchFleet {
 	b.Helper()
 	wasm, err := moduleBytes()
 	if err != nil {
@@ -197,7 +197,7 @@ func newBenchFleetOf(b *testing.B, opts hostsim.Options, shape benchShape) *benc
 }
 
 // newBenchFleetFrom is newBenchFleetOf with the module wasm.
-func newBenchFleetFrom(b *testing.B, opts hostsim.Options, shape benchShape, wasm []byte) *benchFleet {
+func newBenchFleetFrom(b testing.TB, opts hostsim.Options, shape benchShape, wasm []byte) *benchFleet {
 	workers := shape.workers
 	ctx := context.Background()
 	b.Helper()

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gpuroute/gpuroute/plugin/fleet"
+	"github.com/gpuroute/gpuroute/plugin/internal/gcdrive"
 	"github.com/gpuroute/gpuroute/plugin/proxy"
 	"github.com/gpuroute/gpuroute/scoring"
 )
@@ -12,6 +13,12 @@ import (
 // sweepAfter drops a flight whose response callbacks never came (a lost
 // stream must not count as load forever); no generation runs this long.
 const sweepAfter = 30 * time.Minute
+
+// gcFinishBytes bounds the garbage a tick allocates to end a collection
+// (gcdrive.Finish): each 64 KiB buys at least 64 KiB of marking, and the
+// worker VMs' heaps hold a few MiB of pointers. A cycle that needs more
+// goes on at the next tick.
+const gcFinishBytes = 8 << 20
 
 // tick is the root's periodic work, in order: join the worker list, hold or
 // contest the scrape lease (the leader scrapes), refresh the fleet snapshot,
@@ -45,6 +52,9 @@ func (r *root) tick(now int64) {
 	if n := r.ledger.Sweep(now - int64(sweepAfter)); n > 0 {
 		r.stats.add(r.stats.sweptFlights, int64(n))
 	}
+	// A collection begun since the last tick ends here rather than
+	// marking on through the requests (gcdrive).
+	gcdrive.Finish(gcFinishBytes)
 }
 
 // join takes a worker id and adds it to the shared worker list so the other
