@@ -79,9 +79,11 @@ type Ledger struct {
 	outputMean float64
 	// clock orders adapter-memory and estimator entries (logical, not wall time).
 	clock uint32
-	// total is the rate of all dispatches (Pick's externality); each
-	// replica's own rate is shared with the other routers (WorkOn).
-	total Rate
+	// total is the rate of this ledger's dispatches, peerRate the other
+	// routers' (SetPeerRate): their sum is the fleet's arrival rate that
+	// prices Pick's externality.
+	total    Rate
+	peerRate float64
 }
 
 // Flight is a handle to one dispatched request, returned by Dispatch and
@@ -138,9 +140,6 @@ type Work struct {
 	// requests queued outside a window (Add, a missing window, requests
 	// behind it, or its window past). Not exchanged either.
 	ClearNanos int64
-	// ArrivalPerSec is the rate of recent dispatches to the replica
-	// (Params.RateWindow); it prices the externality (Candidate.ExternalSec).
-	ArrivalPerSec float64
 }
 
 // ClearUnknown is Work.ClearNanos when the start of a request sent behind
@@ -180,7 +179,6 @@ func (w *Work) add(o *Work) {
 	w.UnseenTokens += o.UnseenTokens
 	w.DoneSec += o.DoneSec
 	w.ClearNanos = max(w.ClearNanos, o.ClearNanos)
-	w.ArrivalPerSec += o.ArrivalPerSec
 }
 
 // doneIn is the seconds of queued prefill a group whose window is [from,
@@ -199,7 +197,6 @@ type repAcc struct {
 	Work
 	syncedSnap int64 // the ScrapedNanos Unseen* refer to
 	resync     bool  // Unseen* are being recounted (recountUnseen)
-	rate       Rate  // dispatches per second
 	prefillGroups
 }
 
@@ -479,9 +476,9 @@ func (l *Ledger) InFlight() int {
 
 // WorkOn returns the ledger's work on replica, with its unseen part counted
 // against a snapshot taken at snapNanos (the replica's ScrapedNanos), the
-// window of its prefill in progress priced with h (the replica's profile),
-// and its dispatch rate as of nowNanos.
-func (l *Ledger) WorkOn(replica int, h *Hardware, snapNanos, nowNanos int64) Work {
+// and the window of its prefill in progress priced with h (the replica's
+// profile).
+func (l *Ledger) WorkOn(replica int, h *Hardware, snapNanos int64) Work {
 	if l == nil || replica < 0 || replica >= len(l.reps) {
 		return Work{}
 	}
@@ -491,17 +488,29 @@ func (l *Ledger) WorkOn(replica int, h *Hardware, snapNanos, nowNanos int64) Wor
 	w := l.reps[replica].Work
 	w.RunFromNanos, w.RunUntilNanos = l.reps[replica].window(h)
 	w.PendingN = l.reps[replica].pendN
-	w.ArrivalPerSec = l.RateOn(replica, nowNanos)
 	return w
 }
 
-// RateOn returns the rate, per second, at which this ledger dispatched to
-// replica recently (Params.RateWindow), decayed to nowNanos.
-func (l *Ledger) RateOn(replica int, nowNanos int64) float64 {
-	if l == nil || replica < 0 || replica >= len(l.reps) {
+// Rate returns the rate, per second, at which this ledger dispatched
+// recently (Params.RateWindow), decayed to nowNanos: what the other routers
+// add to theirs (SetPeerRate).
+func (l *Ledger) Rate(nowNanos int64) float64 {
+	if l == nil {
 		return 0
 	}
-	return l.reps[replica].rate.At(nowNanos, l.p.RateWindow.Seconds())
+	return l.total.At(nowNanos, l.p.RateWindow.Seconds())
+}
+
+// SetPeerRate sets the other routers' dispatch rate to the fleet, per
+// second (the sum of their Rates as they last published them), which Pick
+// adds to this ledger's own. Only the fleet's total prices a decision
+// (fleetLoad), so the routers exchange one rate each, not one per replica:
+// a rate per replica changed as it decayed, so every router republished
+// and every reader summed again its whole record at every tick.
+func (l *Ledger) SetPeerRate(perSec float64) {
+	if l != nil {
+		l.peerRate = perSec
+	}
 }
 
 // InFlightOn returns the number of in-flight requests on replica.
@@ -584,7 +593,6 @@ func (l *Ledger) Dispatch(replica int, req *Request, uncachedTokens int, nowNano
 	f.remaining = remainingOf(f)
 	l.live = append(l.live, slot)
 	r := &l.reps[replica]
-	r.rate.Add(nowNanos, l.p.RateWindow.Seconds())
 	l.total.Add(nowNanos, l.p.RateWindow.Seconds())
 	r.QueuedN++
 	r.QueuedTokens += f.prefill

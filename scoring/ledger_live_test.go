@@ -77,7 +77,7 @@ func TestLedgerLiveList(t *testing.T) {
 				wantTok += f.prefill
 			}
 		}
-		if w := l.WorkOn(r, &hw, snap, now); w.UnseenN != wantN || w.UnseenTokens != wantTok {
+		if w := l.WorkOn(r, &hw, snap); w.UnseenN != wantN || w.UnseenTokens != wantTok {
 			t.Fatalf("step %d: WorkOn(%d, %d).Unseen = %d requests, %d tokens, want %d, %d",
 				step, r, snap, w.UnseenN, w.UnseenTokens, wantN, wantTok)
 		}
@@ -112,7 +112,7 @@ func BenchmarkLedgerWorkOnNewSnapshot64(b *testing.B) {
 	for b.Loop() {
 		snap++
 		for r := range 64 {
-			l.WorkOn(r, &hw, snap, 1e12)
+			l.WorkOn(r, &hw, snap)
 		}
 	}
 }

@@ -35,10 +35,9 @@ func TestLedgerEncoding(t *testing.T) {
 	}
 	for i := range l.reps {
 		a, b := l.reps[i], m.reps[i]
-		// The sync point and arrival rate are the receiver's own; the
-		// encoding carries the work.
+		// The sync point is the receiver's own; the encoding carries the
+		// work.
 		a.syncedSnap, b.syncedSnap, a.UnseenN, b.UnseenN, a.UnseenTokens, b.UnseenTokens = 0, 0, 0, 0, 0, 0
-		a.rate, b.rate = Rate{}, Rate{}
 		// Prefill timing is not encoded: the decoded ledger holds every
 		// queued flight in one running group of unknown start.
 		if ga, gb := &a.prefillGroups, &b.prefillGroups; gb.runN != ga.runN+ga.pendN || gb.runTokens != ga.runTokens+ga.pendTok || gb.pendN != 0 || gb.runStartNanos != 0 {

@@ -75,8 +75,8 @@ type Candidate struct {
 	// ExternalSec is the delay the request's own work on r (adapter load
 	// and prefill, A + P) imposes on other requests: λ · ETTFT · (A + P)
 	// for those arriving while it waits and prefills, where λ is the mean
-	// arrival rate per open replica (the ledger's dispatches plus
-	// PeerWork.ArrivalPerSec), plus N_r · A for the N_r requests already
+	// arrival rate per open replica (the ledger's dispatches plus the
+	// other routers', Ledger.SetPeerRate), plus N_r · A for the N_r requests already
 	// on r that an adapter load stalls, plus (1 + N_r) times the reloads
 	// the other adapters on r will need because this one shares r's GPU
 	// slots and host cache with them, and that the adapter's own later
@@ -269,8 +269,7 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		// W(r): reported queue and batch, with the ledger's and the peer
 		// routers' exact tokens for their own requests and means for the rest.
 		// The peers' work plus the ledger's, in scalars: copying the Work
-		// struct and adding another into it costs memory traffic on wasm,
-		// and ArrivalPerSec is not needed here.
+		// struct and adding another into it costs memory traffic on wasm.
 		pw := &r.PeerWork
 		accQueuedN, accQueuedTokens, accDecodeN := pw.QueuedN, pw.QueuedTokens, pw.DecodeN
 		accDecodeTokens, accUnseenN, accUnseenTokens := pw.DecodeTokens, pw.UnseenN, pw.UnseenTokens
@@ -841,8 +840,8 @@ func (d *Decision) insertTop(c *Candidate) {
 }
 
 // fleetLoad returns the fleet's recent arrivals per second (this router's
-// dispatches plus the peers', PeerWork) over the open replicas' prefill
-// capacity, each replica's 1/P_r of a prompt of promptMean uncached tokens:
+// dispatches plus the other routers', Ledger.SetPeerRate) over the open
+// replicas' prefill capacity, each replica's 1/P_r of a prompt of promptMean uncached tokens:
 // the fleet's prefill utilization. A replica's share of the arrivals in
 // proportion to its capacity is then fleetLoad/P_r. Replicas whose profile
 // prices a prefill at nothing add no capacity (a zero profile would make
@@ -850,11 +849,10 @@ func (d *Decision) insertTop(c *Candidate) {
 func fleetLoad(p *Params, replicas []Replica, l *Ledger, nowNanos int64, promptMean float64) float64 {
 	total, capacity := 0.0, 0.0
 	if l != nil {
-		total = l.total.At(nowNanos, p.RateWindow.Seconds())
+		total = l.total.At(nowNanos, p.RateWindow.Seconds()) + l.peerRate
 	}
 	for i := range replicas {
 		r := &replicas[i]
-		total += r.PeerWork.ArrivalPerSec
 		if r.Healthy && r.Drain == Serving {
 			if sec := r.Hardware.PrefillSeconds(max(int(promptMean), 1)); sec > 0 {
 				capacity += 1 / sec

@@ -65,10 +65,11 @@ func FuzzPick(f *testing.F) {
 			for i := range rs {
 				slow := rs[i].Hardware
 				slow.PrefillSecPerToken *= 1 + float64(prompt%4)
-				w := peer.WorkOn(i, &slow, rs[i].ScrapedNanos, now)
+				w := peer.WorkOn(i, &slow, rs[i].ScrapedNanos)
 				rs[i].PeerWork = Work{}
 				rs[i].PeerWork.AddAt(&w, now)
 			}
+			l.SetPeerRate(peer.Rate(now))
 		}
 		var d1, d2 Decision
 		Pick(&p, &req, rs, cached, l, now, &d1)

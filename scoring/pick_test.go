@@ -473,7 +473,7 @@ func TestPeerWork(t *testing.T) {
 		for r := range rs {
 			rs[r].PeerWork = Work{}
 			if share {
-				rs[r].PeerWork = a.WorkOn(r, &rs[r].Hardware, rs[r].ScrapedNanos, now)
+				rs[r].PeerWork = a.WorkOn(r, &rs[r].Hardware, rs[r].ScrapedNanos)
 			}
 		}
 		Pick(&p, &req, rs, nil, b, now+1, &d)
@@ -707,9 +707,10 @@ func TestExternality(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rs[0].PeerWork.ArrivalPerSec, rs[1].PeerWork.ArrivalPerSec = tt.rate, tt.rate
+			l := NewLedger(p, len(rs), 4)
+			l.SetPeerRate(2 * tt.rate) // the other routers' rate to the fleet
 			var d Decision
-			Pick(&p, &req, rs, cached, nil, now, &d)
+			Pick(&p, &req, rs, cached, l, now, &d)
 			if d.Index != tt.want {
 				t.Fatalf("Pick(rate %v) = %d, want %d; top %+v", tt.rate, d.Index, tt.want, d.Top[:d.NumTop])
 			}
@@ -1264,15 +1265,16 @@ func TestExternalityByCapacity(t *testing.T) {
 			const arrivals = 6.0 // per second, fleet-wide, reported by peers
 			for i, name := range tc.hw {
 				rs[i].Hardware, _ = LookupHardware(name)
-				rs[i].PeerWork.ArrivalPerSec = arrivals / float64(len(rs))
 			}
+			l := NewLedger(p, len(rs), 4)
+			l.SetPeerRate(arrivals)
 			m := p.DefaultPromptTokens
 			capacity := 0.0
 			for i := range rs {
 				capacity += 1 / rs[i].Hardware.PrefillSeconds(m)
 			}
 			var d Decision
-			Pick(&p, &Request{PromptTokens: 2000}, rs, nil, nil, now, &d)
+			Pick(&p, &Request{PromptTokens: 2000}, rs, nil, l, now, &d)
 			for k := 0; k < d.NumTop; k++ {
 				c := &d.Top[k]
 				share := arrivals / capacity / rs[c.Index].Hardware.PrefillSeconds(m)

@@ -127,7 +127,7 @@ func TestPickPrefersPrefillNearEnd(t *testing.T) {
 			}
 			decide := now + 150e6
 			for i := range rs {
-				w := other.WorkOn(i, &rs[i].Hardware, rs[i].ScrapedNanos, decide)
+				w := other.WorkOn(i, &rs[i].Hardware, rs[i].ScrapedNanos)
 				rs[i].PeerWork = Work{}
 				if sender == "peer without window" {
 					rs[i].PeerWork.Add(&w)
@@ -173,7 +173,7 @@ func TestStartBehindPeerGroup(t *testing.T) {
 			rs := fleet("h100", 1, base)
 			self, other := NewLedger(p, 1, 16), NewLedger(p, 1, 16)
 			share := func(now int64) {
-				w := other.WorkOn(0, &rs[0].Hardware, rs[0].ScrapedNanos, now)
+				w := other.WorkOn(0, &rs[0].Hardware, rs[0].ScrapedNanos)
 				rs[0].PeerWork = Work{}
 				if tc.window {
 					rs[0].PeerWork.AddAt(&w, now)

@@ -130,7 +130,7 @@ func FuzzBoardPatch(f *testing.F) {
 		if err := b.Update(3, 1, buf); err != nil {
 			t.Fatal(err)
 		}
-		first, _, _ := b.Gather(9, 20, 1<<40, len(w.Work))
+		first, _, _, _ := b.Gather(9, 20, 1<<40, len(w.Work))
 		mine := slices.Clone(first)
 		for k := 0; k+1 < len(in) && k < 40; k += 2 {
 			i := int(in[k]) % len(w.Work)
@@ -151,7 +151,7 @@ func FuzzBoardPatch(f *testing.F) {
 			t.Fatalf("after publishes %v the board holds %+v, want the whole decode %+v", in, got, &whole)
 		}
 		// Gather's changed entries bring a copy of its sums to Sum's.
-		sum, changed, all := b.Gather(9, 20, 1<<40, len(w.Work))
+		sum, changed, all, _ := b.Gather(9, 20, 1<<40, len(w.Work))
 		if all {
 			copy(mine, sum)
 		}
@@ -247,11 +247,11 @@ func FuzzJournalDecode(f *testing.F) {
 func FuzzPeerExportDecode(f *testing.F) {
 	j := testJournal(8, 4, 10)
 	for _, n := range []int{0, 1, 5} {
-		b, _ := AppendPeerExport(nil, j, j.Epoch, 0, 4, testAddrs(n), testWork(n), 3)
+		b, _ := AppendPeerExport(nil, j, j.Epoch, 0, 4, testAddrs(n), testWork(n), 0.5, 3)
 		f.Add(b)
 	}
 	f.Add([]byte("GRPX\x02"))
-	seed, _ := AppendPeerExport(nil, j, j.Epoch, 0, 10, testAddrs(5), testWork(5), 1)
+	seed, _ := AppendPeerExport(nil, j, j.Epoch, 0, 10, testAddrs(5), testWork(5), 2.5, 1)
 	f.Fuzz(func(t *testing.T, in []byte) {
 		var p PeerExport
 		if err := p.Decode(seed); err != nil { // non-empty receiver: reuse paths run

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"math"
 	"strconv"
 
 	"github.com/gpuroute/gpuroute/plugin/internal/le"
@@ -28,6 +29,9 @@ type PeerExport struct {
 	Next uint64
 	// WrittenNanos is the exporter's clock when answering.
 	WrittenNanos int64
+	// ArrivalPerSec is the exporter's dispatch rate to the fleet (its
+	// workers' and its own, WorkRecord.ArrivalPerSec) at WrittenNanos.
+	ArrivalPerSec float64
 	// Work is the exporter's workers' in-flight work, index-aligned with
 	// the addresses (Addr).
 	Work []scoring.Work
@@ -40,13 +44,14 @@ type PeerExport struct {
 }
 
 // PeerExport encoding: "GRPX" version u8, epoch u64, next u64, written i64,
-// nrep u16 (<= MaxReplicas), then per replica address length u8, address
-// bytes and its scoring.Work exactly as a WorkRecord entry (six i64 >= 0 and
-// a finite ArrivalPerSec >= 0 as float64 bits), then count u32 and per entry
-// replica u16 (< nrep), nblocks u16 (>= 1) and nblocks block hashes u64.
+// ArrivalPerSec as float64 bits (finite, >= 0), nrep u16 (<= MaxReplicas),
+// then per replica address length u8, address bytes and its scoring.Work
+// exactly as a WorkRecord entry (nine i64 >= 0), then count u32 and per
+// entry replica u16 (< nrep), nblocks u16 (>= 1) and nblocks block hashes
+// u64.
 const (
 	magicPeer      = "GRPX"
-	peerHeaderLen  = headerLen + 8 + 8 + 8 + 2
+	peerHeaderLen  = headerLen + 8 + 8 + 8 + 8 + 2
 	peerReplicaMin = 1 + workEntryLen // empty address
 )
 
@@ -61,13 +66,17 @@ const (
 // the rest exactly once. Entries naming a replica outside addrs (written
 // under another configuration) are walked past and left out.
 //
-// addrs and work are the exporter's replica addresses and in-flight work:
-// len(addrs) must equal len(work) and be at most MaxReplicas, each address
-// at most MaxPeerAddrLen bytes, and each Work valid as in a WorkRecord;
-// otherwise it fails, returning b. A nil j exports no entries.
+// addrs and work are the exporter's replica addresses and in-flight work,
+// perSec its dispatch rate: len(addrs) must equal len(work) and be at most
+// MaxReplicas, each address at most MaxPeerAddrLen bytes, each Work valid
+// as in a WorkRecord and perSec finite and >= 0; otherwise it fails,
+// returning b. A nil j exports no entries.
 func AppendPeerExport(b []byte, j *Journal, askEpoch, since uint64, maxEntries int,
-	addrs []string, work []scoring.Work, nowNanos int64) ([]byte, error) {
+	addrs []string, work []scoring.Work, perSec float64, nowNanos int64) ([]byte, error) {
 	if err := checkPeerReplicas(addrs, work); err != nil {
+		return b, err
+	}
+	if err := checkRate(perSec); err != nil {
 		return b, err
 	}
 	var empty Journal
@@ -83,6 +92,7 @@ func AppendPeerExport(b []byte, j *Journal, askEpoch, since uint64, maxEntries i
 	nextAt := len(b)
 	b = appendU64(b, 0) // Next, patched below
 	b = appendU64(b, uint64(nowNanos))
+	b = appendU64(b, math.Float64bits(perSec))
 	b = appendU16(b, uint16(len(addrs)))
 	for i := range addrs {
 		b = appendPeerReplica(b, addrs[i], &work[i])
@@ -182,10 +192,14 @@ func (p *PeerExport) AppendBinary(b []byte) ([]byte, error) {
 			return b, err
 		}
 	}
+	if err := checkRate(p.ArrivalPerSec); err != nil {
+		return b, err
+	}
 	b = appendHeader(b, magicPeer)
 	b = appendU64(b, p.Epoch)
 	b = appendU64(b, p.Next)
 	b = appendU64(b, uint64(p.WrittenNanos))
+	b = appendU64(b, math.Float64bits(p.ArrivalPerSec))
 	b = appendU16(b, uint16(n))
 	for i := range n {
 		b = appendPeerReplica(b, p.Addr(i), &p.Work[i])
@@ -203,9 +217,13 @@ func (p *PeerExport) Decode(b []byte) error {
 	if err := r.header(magicPeer, "peer export"); err != nil {
 		return err
 	}
-	epoch, next, written, nrep := r.u64(), r.u64(), int64(r.u64()), int(r.u16())
+	epoch, next, written := r.u64(), r.u64(), int64(r.u64())
+	rate, nrep := math.Float64frombits(r.u64()), int(r.u16())
 	if r.short {
 		return r.shortErr("peer export header")
+	}
+	if err := checkRate(rate); err != nil {
+		return err
 	}
 	// Bound the counts by the bytes left before walking anything.
 	if nrep > r.left()/peerReplicaMin {
@@ -251,7 +269,7 @@ func (p *PeerExport) Decode(b []byte) error {
 	}
 
 	// All valid: fill p, growing storage only past its largest answer yet.
-	p.Epoch, p.Next, p.WrittenNanos = epoch, next, written
+	p.Epoch, p.Next, p.WrittenNanos, p.ArrivalPerSec = epoch, next, written, rate
 	p.Work = resize(p.Work, nrep)
 	p.addrs = resize(p.addrs, addrLen)
 	p.addrEnds = resize(p.addrEnds, nrep)

@@ -68,7 +68,7 @@ func TestPeerExportCodec(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			j := testJournal(256, 8, tc.appends)
 			addrs, work := testAddrs(tc.replicas), testWork(tc.replicas)
-			b, err := AppendPeerExport([]byte("prefix"), j, j.Epoch, 0, 1000, addrs, work, -5)
+			b, err := AppendPeerExport([]byte("prefix"), j, j.Epoch, 0, 1000, addrs, work, 1.25, -5)
 			if err != nil || !bytes.HasPrefix(b, []byte("prefix")) {
 				t.Fatalf("AppendPeerExport(%s) = %v; want nil and b extended", tc.name, err)
 			}
@@ -77,9 +77,9 @@ func TestPeerExportCodec(t *testing.T) {
 			if err := p.Decode(b); err != nil {
 				t.Fatalf("Decode(AppendPeerExport(%s)) = %v", tc.name, err)
 			}
-			if p.Epoch != 42 || p.Next != j.Next() || p.WrittenNanos != -5 || p.NumReplicas() != tc.replicas {
-				t.Fatalf("Decode: Epoch, Next, WrittenNanos, NumReplicas = %d, %d, %d, %d; want 42, %d, -5, %d",
-					p.Epoch, p.Next, p.WrittenNanos, p.NumReplicas(), j.Next(), tc.replicas)
+			if p.Epoch != 42 || p.Next != j.Next() || p.WrittenNanos != -5 || p.ArrivalPerSec != 1.25 || p.NumReplicas() != tc.replicas {
+				t.Fatalf("Decode: Epoch, Next, WrittenNanos, ArrivalPerSec, NumReplicas = %d, %d, %d, %v, %d; want 42, %d, -5, 1.25, %d",
+					p.Epoch, p.Next, p.WrittenNanos, p.ArrivalPerSec, p.NumReplicas(), j.Next(), tc.replicas)
 			}
 			for i := range addrs {
 				if string(p.Addr(i)) != addrs[i] || p.Work[i] != work[i] {
@@ -132,7 +132,7 @@ func TestPeerExportCursor(t *testing.T) {
 		{name: "max negative", epoch: 42, since: 5, max: -1, want: nil, next: 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b, err := AppendPeerExport(nil, j, tc.epoch, tc.since, tc.max, addrs, work, 0)
+			b, err := AppendPeerExport(nil, j, tc.epoch, tc.since, tc.max, addrs, work, 1.25, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -145,14 +145,14 @@ func TestPeerExportCursor(t *testing.T) {
 	}
 
 	// A nil journal exports the replicas and no entries.
-	if b, err := AppendPeerExport(nil, nil, 0, 7, 10, addrs, work, 0); err != nil {
+	if b, err := AppendPeerExport(nil, nil, 0, 7, 10, addrs, work, 1.25, 0); err != nil {
 		t.Fatalf("AppendPeerExport(nil journal) = %v", err)
 	} else if seqs, next := exportedSeqs(t, b); seqs != nil || next != 1 {
 		t.Fatalf("AppendPeerExport(nil journal) = seqs %v next %d; want none, 1", seqs, next)
 	}
 
 	// Entries naming a replica beyond the addresses are walked past, not sent.
-	b, _ := AppendPeerExport(nil, j, 42, 0, 3, addrs[:2], work[:2], 0)
+	b, _ := AppendPeerExport(nil, j, 42, 0, 3, addrs[:2], work[:2], 1.25, 0)
 	if seqs, next := exportedSeqs(t, b); !slices.Equal(seqs, []uint64{5, 6, 10}) || next != 11 {
 		t.Fatalf("AppendPeerExport(2 replicas, max 3) = seqs %v next %d; want [5 6 10] next 11", seqs, next)
 	}
@@ -174,7 +174,7 @@ func TestPeerExportContinuation(t *testing.T) {
 			j.Append(int(seq%5), testChain(seq, 2))
 		}
 		var err error
-		buf, err = AppendPeerExport(buf[:0], j, epoch, cursor, 2, addrs, work, 0)
+		buf, err = AppendPeerExport(buf[:0], j, epoch, cursor, 2, addrs, work, 1.25, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -187,7 +187,7 @@ func TestPeerExportContinuation(t *testing.T) {
 	}
 	// Drain the rest.
 	for cursor < j.Next() {
-		buf, _ = AppendPeerExport(buf[:0], j, epoch, cursor, 2, addrs, work, 0)
+		buf, _ = AppendPeerExport(buf[:0], j, epoch, cursor, 2, addrs, work, 1.25, 0)
 		s, next := exportedSeqs(t, buf)
 		got, cursor = append(got, s...), next
 	}
@@ -198,7 +198,7 @@ func TestPeerExportContinuation(t *testing.T) {
 	// A recreated journal (new epoch) makes the asker start over.
 	j.Reset(8, 1)
 	j.Append(1, testChain(1, 1))
-	buf, _ = AppendPeerExport(buf[:0], j, epoch, cursor, 2, addrs, work, 0)
+	buf, _ = AppendPeerExport(buf[:0], j, epoch, cursor, 2, addrs, work, 1.25, 0)
 	if s, next := exportedSeqs(t, buf); !slices.Equal(s, []uint64{1}) || next != 2 {
 		t.Fatalf("after Reset(new epoch): seqs %v next %d; want [1] next 2", s, next)
 	}
@@ -206,25 +206,24 @@ func TestPeerExportContinuation(t *testing.T) {
 
 func TestAppendPeerExportErrors(t *testing.T) {
 	j := testJournal(4, 4, 3)
-	neg, nan := testWork(2), testWork(2)
+	neg := testWork(2)
 	neg[1].UnseenTokens = -1
-	nan[0].ArrivalPerSec = math.NaN()
-	inf := testWork(2)
-	inf[1].ArrivalPerSec = math.Inf(1)
 	for _, tc := range []struct {
 		name  string
 		addrs []string
 		work  []scoring.Work
+		rate  float64
 	}{
 		{name: "count mismatch", addrs: testAddrs(2), work: testWork(3)},
 		{name: "too many replicas", addrs: testAddrs(MaxReplicas + 1), work: testWork(MaxReplicas + 1)},
 		{name: "address too long", addrs: []string{"a", strings.Repeat("x", MaxPeerAddrLen+1)}, work: testWork(2)},
 		{name: "negative work", addrs: testAddrs(2), work: neg},
-		{name: "NaN rate", addrs: testAddrs(2), work: nan},
-		{name: "infinite rate", addrs: testAddrs(2), work: inf},
+		{name: "NaN rate", addrs: testAddrs(2), work: testWork(2), rate: math.NaN()},
+		{name: "infinite rate", addrs: testAddrs(2), work: testWork(2), rate: math.Inf(1)},
+		{name: "negative rate", addrs: testAddrs(2), work: testWork(2), rate: -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b, err := AppendPeerExport([]byte("x"), j, 42, 0, 10, tc.addrs, tc.work, 0)
+			b, err := AppendPeerExport([]byte("x"), j, 42, 0, 10, tc.addrs, tc.work, tc.rate, 0)
 			if !errors.Is(err, ErrInvalid) || string(b) != "x" {
 				t.Fatalf("AppendPeerExport(%s) = %q, %v; want %q, ErrInvalid", tc.name, b, err, "x")
 			}
@@ -232,7 +231,7 @@ func TestAppendPeerExportErrors(t *testing.T) {
 	}
 	// The longest address is fine.
 	long := []string{strings.Repeat("x", MaxPeerAddrLen)}
-	if _, err := AppendPeerExport(nil, j, 42, 0, 10, long, testWork(1), 0); err != nil {
+	if _, err := AppendPeerExport(nil, j, 42, 0, 10, long, testWork(1), 1.25, 0); err != nil {
 		t.Fatalf("AppendPeerExport(255-byte address) = %v, want nil", err)
 	}
 	var p PeerExport
@@ -247,7 +246,7 @@ func TestPeerExportDecodeErrors(t *testing.T) {
 	j.Reset(42, 1)
 	j.Append(1, []uint64{11, 12})
 	j.Append(0, []uint64{21})
-	good, err := AppendPeerExport(nil, j, 0, 0, 10, []string{"ab", "c"}, testWork(2), 9)
+	good, err := AppendPeerExport(nil, j, 0, 0, 10, []string{"ab", "c"}, testWork(2), 1.25, 9)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +273,8 @@ func TestPeerExportDecodeErrors(t *testing.T) {
 		{name: "replica out of range", in: set(entry0, 2), want: ErrInvalid},
 		{name: "empty chain", in: set(entry0+2, 0, 0), want: ErrInvalid},
 		{name: "negative work", in: set(work0+8+7, 0x80), want: ErrInvalid},
-		{name: "NaN rate", in: set(work0+9*8, 0x01, 0, 0, 0, 0, 0, 0xf8, 0x7f), want: ErrInvalid},
+		{name: "NaN rate", in: set(headerLen+3*8, 0x01, 0, 0, 0, 0, 0, 0xf8, 0x7f), want: ErrInvalid},
+		{name: "negative rate", in: set(headerLen+3*8+7, 0xbf), want: ErrInvalid},
 		{name: "version", in: set(4, Version+1), want: ErrVersion},
 		{name: "magic", in: set(0, 'g'), want: ErrMagic},
 	} {
@@ -313,11 +313,11 @@ func TestPeerExportAllocs(t *testing.T) {
 	buf := make([]byte, 0, 1<<17)
 	var err error
 	if n := testing.AllocsPerRun(100, func() {
-		buf, err = AppendPeerExport(buf[:0], j, j.Epoch, j.First()+3, 200, addrs, work, 1)
+		buf, err = AppendPeerExport(buf[:0], j, j.Epoch, j.First()+3, 200, addrs, work, 1.25, 1)
 	}); n != 0 || err != nil {
 		t.Fatalf("AppendPeerExport allocs = %v, err %v; want 0, nil", n, err)
 	}
-	small, _ := AppendPeerExport(nil, j, j.Epoch, j.Next()-5, 200, addrs[:3], work[:3], 1)
+	small, _ := AppendPeerExport(nil, j, j.Epoch, j.Next()-5, 200, addrs[:3], work[:3], 1.25, 1)
 	var p PeerExport
 	if err := p.Decode(buf); err != nil {
 		t.Fatal(err)
@@ -344,14 +344,14 @@ func BenchmarkPeerExportAppend(b *testing.B) {
 	buf := make([]byte, 0, 1<<17)
 	b.ReportAllocs()
 	for b.Loop() {
-		buf, _ = AppendPeerExport(buf[:0], j, j.Epoch, 0, 256, addrs, work, 1)
+		buf, _ = AppendPeerExport(buf[:0], j, j.Epoch, 0, 256, addrs, work, 1.25, 1)
 	}
 	b.SetBytes(int64(len(buf)))
 }
 
 func BenchmarkPeerExportDecode(b *testing.B) {
 	j, addrs, work := benchPeer()
-	buf, _ := AppendPeerExport(nil, j, j.Epoch, 0, 256, addrs, work, 1)
+	buf, _ := AppendPeerExport(nil, j, j.Epoch, 0, 256, addrs, work, 1.25, 1)
 	var p PeerExport
 	b.ReportAllocs()
 	b.SetBytes(int64(len(buf)))

@@ -58,7 +58,13 @@ type WorkRecord struct {
 	Worker       uint64 // the writer's worker id
 	WrittenNanos int64  // writer's clock at publish; old records expire
 	ConfigID     uint64 // ConfigIDOf the writer's replica list
-	Work         []scoring.Work
+	// ArrivalPerSec is the writer's dispatch rate to the fleet at
+	// WrittenNanos (scoring.Ledger.Rate; for the peer gateways' sum
+	// published by the leader, theirs): one figure per writer, since only
+	// the fleet's total prices a decision, and one that changes on every
+	// publish without touching an entry.
+	ArrivalPerSec float64
+	Work          []scoring.Work
 	// Seq counts the writer's publishes (NextPublish and PutEntry each
 	// add one). Patches lists the entries the publishes since the last
 	// whole encoding rewrote, oldest first, the last MaxPatches of them:
@@ -73,16 +79,17 @@ type WorkRecord struct {
 }
 
 // WorkRecord encoding: "GRWK" version u8, worker u64, written i64,
-// configID u64, seq u32, patch u16 (0, or 1 + the patched entry < count), count u16, then
-// per replica nine i64 in scoring.Work field order (QueuedN, QueuedTokens,
-// DecodeN, DecodeTokens, UnseenN, UnseenTokens, RunFromNanos,
-// RunUntilNanos, PendingN), each >= 0, and ArrivalPerSec as float64 bits
-// (finite, >= 0). DoneSec and ClearNanos are not carried: readers derive
-// them from the window.
+// configID u64, ArrivalPerSec as float64 bits (finite, >= 0), seq u32,
+// patch count u8 and MaxPatches patched entries u16 (< count; unused slots
+// 0), count u16, then per replica nine i64 in scoring.Work field order
+// (QueuedN, QueuedTokens, DecodeN, DecodeTokens, UnseenN, UnseenTokens,
+// RunFromNanos, RunUntilNanos, PendingN), each >= 0. DoneSec and
+// ClearNanos are not carried: readers derive them from the window.
 const (
-	workSeqOff    = headerLen + 8 + 8 + 8
+	workRateOff   = headerLen + 8 + 8 + 8
+	workSeqOff    = workRateOff + 8
 	workHeaderLen = workSeqOff + 4 + 1 + 2*MaxPatches + 2
-	workEntryLen  = 10 * 8
+	workEntryLen  = 9 * 8
 )
 
 // EncodedLen returns the length of w's encoding.
@@ -110,6 +117,9 @@ func (w *WorkRecord) AppendBinary(b []byte) ([]byte, error) {
 			return b, err
 		}
 	}
+	if err := checkRate(w.ArrivalPerSec); err != nil {
+		return b, err
+	}
 	if len(w.Patches) > MaxPatches {
 		return b, fail(ErrInvalid, "work patch count", int64(len(w.Patches)), "exceeds "+strconv.Itoa(MaxPatches))
 	}
@@ -122,6 +132,7 @@ func (w *WorkRecord) AppendBinary(b []byte) ([]byte, error) {
 	b = appendU64(b, w.Worker)
 	b = appendU64(b, uint64(w.WrittenNanos))
 	b = appendU64(b, w.ConfigID)
+	b = appendU64(b, math.Float64bits(w.ArrivalPerSec))
 	b = appendU32(b, w.Seq)
 	b = append(b, byte(len(w.Patches)))
 	for k := range MaxPatches {
@@ -149,8 +160,7 @@ func appendWork(b []byte, x *scoring.Work) []byte {
 	b = appendU64(b, uint64(x.UnseenTokens))
 	b = appendU64(b, uint64(x.RunFromNanos))
 	b = appendU64(b, uint64(x.RunUntilNanos))
-	b = appendU64(b, uint64(x.PendingN))
-	return appendU64(b, math.Float64bits(x.ArrivalPerSec))
+	return appendU64(b, uint64(x.PendingN))
 }
 
 // readWork decodes into x the entry appendWork wrote at the start of e (at
@@ -164,13 +174,12 @@ func readWork(x *scoring.Work, e []byte) error {
 	x.UnseenN, x.UnseenTokens = int64(le.Uint64(e, 32)), int64(le.Uint64(e, 40))
 	x.RunFromNanos, x.RunUntilNanos = int64(le.Uint64(e, 48)), int64(le.Uint64(e, 56))
 	x.PendingN = int64(le.Uint64(e, 64))
-	x.ArrivalPerSec = math.Float64frombits(le.Uint64(e, 72))
 	x.DoneSec, x.ClearNanos = 0, 0
 	return checkWork(x)
 }
 
 // PutEntry rewrites, in buf (an encoding of w made by AppendBinary), entry
-// i and the WrittenNanos field with w's current values as w's next publish
+// i, WrittenNanos and ArrivalPerSec with w's current values as w's next publish
 // (Seq+1, i appended to Patches), so a worker that changed one replica's work
 // republishes without re-encoding the rest and its readers decode only
 // that entry. It reports false, leaving buf and w alone, when buf does not
@@ -181,7 +190,7 @@ func (w *WorkRecord) PutEntry(buf []byte, i int) bool {
 		return false
 	}
 	x := &w.Work[i]
-	if checkWork(x) != nil {
+	if checkWork(x) != nil || checkRate(w.ArrivalPerSec) != nil {
 		return false
 	}
 	w.Seq++
@@ -190,6 +199,7 @@ func (w *WorkRecord) PutEntry(buf []byte, i int) bool {
 	}
 	w.Patches = append(w.Patches, uint16(i))
 	putLE64(buf[headerLen+8:], uint64(w.WrittenNanos))
+	putLE64(buf[workRateOff:], math.Float64bits(w.ArrivalPerSec))
 	putLE32(buf[workSeqOff:], w.Seq)
 	h := buf[workSeqOff+4:]
 	h[0] = byte(len(w.Patches))
@@ -212,7 +222,6 @@ func putWork(e []byte, x *scoring.Work) {
 	putLE64(e[48:56], uint64(x.RunFromNanos))
 	putLE64(e[56:64], uint64(x.RunUntilNanos))
 	putLE64(e[64:72], uint64(x.PendingN))
-	putLE64(e[72:80], math.Float64bits(x.ArrivalPerSec))
 }
 
 func putLE64(b []byte, v uint64) {
@@ -231,8 +240,13 @@ func checkWork(x *scoring.Work) error {
 			}
 		}
 	}
-	if r := x.ArrivalPerSec; !(r >= 0 && r <= math.MaxFloat64) {
-		return fail(ErrInvalid, "work arrival rate", int64(math.Float64bits(r)), "must be finite and >= 0 (float64 bits)")
+	return nil
+}
+
+// checkRate validates an arrival rate: finite and >= 0.
+func checkRate(r float64) error {
+	if !(r >= 0 && r <= math.MaxFloat64) {
+		return fail(ErrInvalid, "arrival rate", int64(math.Float64bits(r)), "must be finite and >= 0 (float64 bits)")
 	}
 	return nil
 }
@@ -245,6 +259,7 @@ func (w *WorkRecord) Decode(b []byte) error {
 		return err
 	}
 	worker, written, cfg := r.u64(), int64(r.u64()), r.u64()
+	rate := math.Float64frombits(r.u64())
 	seq := r.u32()
 	patches := r.take(1 + 2*MaxPatches)
 	n := int(r.u16())
@@ -253,6 +268,9 @@ func (w *WorkRecord) Decode(b []byte) error {
 	}
 	if n > MaxReplicas {
 		return fail(ErrInvalid, "work replica count", int64(n), "exceeds "+strconv.Itoa(MaxReplicas))
+	}
+	if err := checkRate(rate); err != nil {
+		return err
 	}
 	if err := checkPatches(patches, n); err != nil {
 		return err
@@ -280,7 +298,7 @@ func (w *WorkRecord) Decode(b []byte) error {
 			return err
 		}
 	}
-	w.Worker, w.WrittenNanos, w.ConfigID = worker, written, cfg
+	w.Worker, w.WrittenNanos, w.ConfigID, w.ArrivalPerSec = worker, written, cfg, rate
 	w.Seq = seq
 	w.Patches = readPatches(w.Patches[:0], patches)
 	w.Work, w.spare = spare, w.Work
@@ -316,10 +334,10 @@ func readPatches(dst []uint16, p []byte) []uint16 {
 // applyPatches updates w from b when b is a later publish of the same
 // writer that differs from w only by PutEntry rewrites it lists (same
 // worker, configuration and shape; the publishes since w's Seq all among
-// b's patches): it reads those entries and WrittenNanos only. It reports
-// false, leaving w alone, when b is anything else or an entry it would read
-// is invalid (the caller then decodes b whole). It calls rewrote with each
-// entry it rewrites.
+// b's patches): it reads those entries, WrittenNanos and ArrivalPerSec
+// only. It reports false, leaving w alone, when b is anything else or a
+// field it would read is invalid (the caller then decodes b whole). It
+// calls rewrote with each entry it rewrites.
 func (w *WorkRecord) applyPatches(b []byte, rewrote func(entry int)) bool {
 	n := len(w.Work)
 	if len(b) != workHeaderLen+n*workEntryLen || string(b[:4]) != magicWork || b[4] != Version {
@@ -329,12 +347,13 @@ func (w *WorkRecord) applyPatches(b []byte, rewrote func(entry int)) bool {
 	// a reader takes a patch of every other worker on every request.
 	h := b[:workHeaderLen:workHeaderLen]
 	worker, written, cfg := le.Uint64(h, headerLen), int64(le.Uint64(h, headerLen+8)), le.Uint64(h, headerLen+16)
+	rate := math.Float64frombits(le.Uint64(h, workRateOff))
 	seq := uint32(h[workSeqOff]) | uint32(h[workSeqOff+1])<<8 | uint32(h[workSeqOff+2])<<16 | uint32(h[workSeqOff+3])<<24
 	patches := h[workSeqOff+4 : workSeqOff+5+2*MaxPatches]
 	count := int(h[workHeaderLen-2]) | int(h[workHeaderLen-1])<<8
 	missed := seq - w.Seq // publishes since the one w holds
 	if missed == 0 || missed > uint32(patches[0]) || count != n || worker != w.Worker || cfg != w.ConfigID ||
-		checkPatches(patches, n) != nil {
+		checkRate(rate) != nil || checkPatches(patches, n) != nil {
 		return false
 	}
 	k := int(patches[0])
@@ -350,7 +369,7 @@ func (w *WorkRecord) applyPatches(b []byte, rewrote func(entry int)) bool {
 		w.Work[i] = x[j]
 		rewrote(i)
 	}
-	w.WrittenNanos, w.Seq = written, seq
+	w.WrittenNanos, w.ArrivalPerSec, w.Seq = written, rate, seq
 	w.Patches = readPatches(w.Patches[:0], patches)
 	return true
 }
@@ -482,9 +501,8 @@ func (b *Board) Retain(workers []uint64) {
 // not count forever, and one stamped far in the future (a clock jump) is not
 // trusted either. The workers of one Envoy share its clock, so each peer's
 // prefill window is evaluated at nowNanos into DoneSec (scoring.Work.AddAt).
-// It returns how many records it added.
-func (b *Board) Sum(me uint64, nowNanos, maxAgeNanos int64, out []scoring.Work) int {
-	added := 0
+// It returns how many records it added and the sum of their ArrivalPerSec.
+func (b *Board) Sum(me uint64, nowNanos, maxAgeNanos int64, out []scoring.Work) (added int, perSec float64) {
 	for i := range b.peers {
 		rec := &b.peers[i].rec
 		if !b.counts(rec, me, nowNanos, maxAgeNanos, len(out)) {
@@ -494,26 +512,29 @@ func (b *Board) Sum(me uint64, nowNanos, maxAgeNanos int64, out []scoring.Work) 
 			out[j].AddAt(&rec.Work[j], nowNanos)
 		}
 		added++
+		perSec += rec.ArrivalPerSec
 	}
-	return added
+	return added, perSec
 }
 
 // Gather returns what Sum would add into n zeroed entries, kept by the
-// board, and which of them changed since the previous Gather (all: every
-// one; the slices alias the board until the next Gather). Only the entries
+// board, which of them changed since the previous Gather (all: every one;
+// the slices alias the board until the next Gather), and the sum of the
+// counted records' ArrivalPerSec. Only the entries
 // a patch rewrote and those whose sum depends on the clock (a peer's
 // prefill window: Work.AddAt) are summed again, unless the records counted
 // changed (one decoded whole, added, dropped, expired or come back) or me,
 // ConfigID or n did: then all are. A worker deciding on every request
 // thereby sums the few replicas the other workers' last requests touched,
 // not the fleet. Steady state does not allocate.
-func (b *Board) Gather(me uint64, nowNanos, maxAgeNanos int64, n int) (sum []scoring.Work, changed []int, all bool) {
+func (b *Board) Gather(me uint64, nowNanos, maxAgeNanos int64, n int) (sum []scoring.Work, changed []int, all bool, perSec float64) {
 	b.counted, b.wasCounted = b.wasCounted[:0], b.counted
 	b.live = b.live[:0]
 	for i := range b.peers {
 		if rec := &b.peers[i].rec; b.counts(rec, me, nowNanos, maxAgeNanos, n) {
 			b.counted = append(b.counted, rec.Worker)
 			b.live = append(b.live, rec.Work)
+			perSec += rec.ArrivalPerSec
 		}
 	}
 	words := (n + 63) / 64
@@ -530,7 +551,7 @@ func (b *Board) Gather(me uint64, nowNanos, maxAgeNanos int64, n int) (sum []sco
 		for j := range n {
 			b.sumEntry(j, nowNanos)
 		}
-		return b.sum, nil, true
+		return b.sum, nil, true, perSec
 	}
 	clear(b.marked)
 	for _, j := range b.dirty {
@@ -546,7 +567,7 @@ func (b *Board) Gather(me uint64, nowNanos, maxAgeNanos int64, n int) (sum []sco
 			b.changed = append(b.changed, j)
 		}
 	}
-	return b.sum, b.changed, false
+	return b.sum, b.changed, false, perSec
 }
 
 // counts reports whether Sum and Gather count rec.

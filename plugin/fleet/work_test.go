@@ -3,6 +3,7 @@ package fleet
 import (
 	"bytes"
 	"errors"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -11,16 +12,17 @@ import (
 )
 
 func testRecord(worker uint64, written int64, cfg uint64, n int) *WorkRecord {
-	w := &WorkRecord{Worker: worker, WrittenNanos: written, ConfigID: cfg, Work: make([]scoring.Work, n)}
+	w := &WorkRecord{Worker: worker, WrittenNanos: written, ConfigID: cfg, ArrivalPerSec: 0.5 * float64(worker), Work: make([]scoring.Work, n)}
 	for i := range w.Work {
 		v := int64(i) + int64(worker)
-		w.Work[i] = scoring.Work{QueuedN: v, QueuedTokens: 100 * v, DecodeN: 2 * v, DecodeTokens: 200 * v, UnseenN: 1, UnseenTokens: 10, RunFromNanos: 1000 * v, RunUntilNanos: 3000 * v, PendingN: v / 2, ArrivalPerSec: 0.5 * float64(v)}
+		w.Work[i] = scoring.Work{QueuedN: v, QueuedTokens: 100 * v, DecodeN: 2 * v, DecodeTokens: 200 * v, UnseenN: 1, UnseenTokens: 10, RunFromNanos: 1000 * v, RunUntilNanos: 3000 * v, PendingN: v / 2}
 	}
 	return w
 }
 
 func recEqual(a, b *WorkRecord) bool {
-	if a.Worker != b.Worker || a.WrittenNanos != b.WrittenNanos || a.ConfigID != b.ConfigID || len(a.Work) != len(b.Work) {
+	if a.Worker != b.Worker || a.WrittenNanos != b.WrittenNanos || a.ConfigID != b.ConfigID ||
+		a.ArrivalPerSec != b.ArrivalPerSec || len(a.Work) != len(b.Work) {
 		return false
 	}
 	for i := range a.Work {
@@ -57,8 +59,8 @@ func TestWorkRecordCodec(t *testing.T) {
 		{name: "count above max", in: set(workHeaderLen-2, 0xff, 0xff), want: ErrInvalid},
 		{name: "negative figure", in: set(workHeaderLen+7, 0x80), want: ErrInvalid},
 		{name: "negative window", in: set(workHeaderLen+6*8+7, 0x80), want: ErrInvalid},
-		{name: "NaN rate", in: set(workHeaderLen+9*8, 0x01, 0, 0, 0, 0, 0, 0xf8, 0x7f), want: ErrInvalid},
-		{name: "negative rate", in: set(workHeaderLen+9*8+7, 0xbf), want: ErrInvalid},
+		{name: "NaN rate", in: set(workRateOff, 0x01, 0, 0, 0, 0, 0, 0xf8, 0x7f), want: ErrInvalid},
+		{name: "negative rate", in: set(workRateOff+7, 0xbf), want: ErrInvalid},
 		{name: "version", in: set(4, Version+1), want: ErrVersion},
 		{name: "magic", in: set(0, 'g'), want: ErrMagic},
 	} {
@@ -93,7 +95,7 @@ func TestBoardSum(t *testing.T) {
 	one := scoring.Work{QueuedN: 1, QueuedTokens: 10, DecodeN: 1, DecodeTokens: 5,
 		RunFromNanos: now - 400_000, RunUntilNanos: now + 1}
 	mk := func(worker uint64, written int64, c uint64, n int) []byte {
-		w := &WorkRecord{Worker: worker, WrittenNanos: written, ConfigID: c, Work: make([]scoring.Work, n)}
+		w := &WorkRecord{Worker: worker, WrittenNanos: written, ConfigID: c, ArrivalPerSec: 1.5, Work: make([]scoring.Work, n)}
 		for i := range w.Work {
 			w.Work[i] = one
 		}
@@ -120,8 +122,12 @@ func TestBoardSum(t *testing.T) {
 				}
 			}
 			out := make([]scoring.Work, 3)
-			if got := b.Sum(me, now, maxAge, out); got != tc.want {
+			got, rate := b.Sum(me, now, maxAge, out)
+			if got != tc.want {
 				t.Fatalf("Sum(%s) = %d records, want %d", tc.name, got, tc.want)
+			}
+			if wantRate := 1.5 * float64(tc.want); rate != wantRate {
+				t.Fatalf("Sum(%s) rate = %v, want the counted records' %v", tc.name, rate, wantRate)
 			}
 			for i := range out {
 				w := scoring.Work{DoneSec: float64(tc.want) * 400e-6}
@@ -279,8 +285,8 @@ func TestWorkRecordPutEntry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.WrittenNanos = 99
-	w.Work[5] = scoring.Work{QueuedN: 4, QueuedTokens: 4000, DecodeN: 1, DecodeTokens: 7, ArrivalPerSec: 2.5}
+	w.WrittenNanos, w.ArrivalPerSec = 99, 2.5
+	w.Work[5] = scoring.Work{QueuedN: 4, QueuedTokens: 4000, DecodeN: 1, DecodeTokens: 7}
 	if !w.PutEntry(buf, 5) {
 		t.Fatal("PutEntry(valid buffer) = false")
 	}
@@ -294,6 +300,10 @@ func TestWorkRecordPutEntry(t *testing.T) {
 	w.Work[2].QueuedN = -1
 	if w.PutEntry(buf, 2) {
 		t.Error("PutEntry accepted a negative figure")
+	}
+	w.Work[2].QueuedN, w.ArrivalPerSec = 0, math.Inf(1)
+	if w.PutEntry(buf, 2) {
+		t.Error("PutEntry accepted an infinite arrival rate")
 	}
 }
 
@@ -315,7 +325,7 @@ func TestBoardAppliesPatches(t *testing.T) {
 	}
 	publish := func(i int, queued int64, written int64) {
 		t.Helper()
-		w.WrittenNanos = written
+		w.WrittenNanos, w.ArrivalPerSec = written, float64(written)/8 // the rate moves with every publish
 		w.Work[i].QueuedN = queued
 		if !w.PutEntry(buf, i) {
 			t.Fatalf("PutEntry(%d) = false", i)
@@ -474,7 +484,7 @@ func TestBoardGatherMatchesSum(t *testing.T) {
 	now := int64(10_000)
 	randomWork := func() scoring.Work {
 		w := scoring.Work{QueuedN: rng.Int64N(3), QueuedTokens: rng.Int64N(5000), DecodeN: rng.Int64N(4),
-			DecodeTokens: rng.Int64N(900), ArrivalPerSec: rng.Float64() * 3}
+			DecodeTokens: rng.Int64N(900)}
 		if rng.IntN(2) == 0 { // a prefill window around now
 			w.RunFromNanos = now - rng.Int64N(300)
 			w.RunUntilNanos = now + rng.Int64N(300)
@@ -499,7 +509,7 @@ func TestBoardGatherMatchesSum(t *testing.T) {
 		w := writers[k]
 		switch op := rng.IntN(20); {
 		case op < 14: // patch one to three entries
-			w.WrittenNanos = now
+			w.WrittenNanos, w.ArrivalPerSec = now, rng.Float64()*3
 			for range 1 + rng.IntN(3) {
 				i := rng.IntN(n)
 				w.Work[i] = randomWork()
@@ -508,7 +518,7 @@ func TestBoardGatherMatchesSum(t *testing.T) {
 				}
 			}
 		case op < 17: // a whole publish
-			w.WrittenNanos = now
+			w.WrittenNanos, w.ArrivalPerSec = now, rng.Float64()*3
 			w.ConfigID = cfg
 			if rng.IntN(8) == 0 {
 				w.ConfigID = cfg + 1
@@ -533,7 +543,7 @@ func TestBoardGatherMatchesSum(t *testing.T) {
 				}
 			}
 		}
-		sum, changed, all := b.Gather(me, now, maxAge, n)
+		sum, changed, all, rate := b.Gather(me, now, maxAge, n)
 		if all {
 			copy(mine, sum)
 			whole++
@@ -544,7 +554,9 @@ func TestBoardGatherMatchesSum(t *testing.T) {
 			partial++
 		}
 		clear(want)
-		b.Sum(me, now, maxAge, want)
+		if _, wantRate := b.Sum(me, now, maxAge, want); rate != wantRate {
+			t.Fatalf("step %d: Gather rate %v, Sum's %v", step, rate, wantRate)
+		}
 		for i := range want {
 			if mine[i] != want[i] {
 				t.Fatalf("step %d (all=%v, changed %v): entry %d gathered %+v, want %+v", step, all, changed, i, mine[i], want[i])
@@ -569,14 +581,14 @@ func TestBoardGatherPartial(t *testing.T) {
 	var b Board
 	b.ConfigID = 1
 	_ = b.Update(3, 1, buf)
-	if _, _, all := b.Gather(9, 100, 1000, 64); !all {
+	if _, _, all, _ := b.Gather(9, 100, 1000, 64); !all {
 		t.Fatal("first Gather: all = false, want true")
 	}
 	w.Work[7].QueuedN++
 	w.WrittenNanos = 120
 	w.PutEntry(buf, 7)
 	_ = b.Update(3, 2, buf)
-	_, changed, all := b.Gather(9, 130, 1000, 64)
+	_, changed, all, _ := b.Gather(9, 130, 1000, 64)
 	if all || !slices.Equal(changed, []int{7, 40}) {
 		t.Errorf("Gather after patching entry 7 = changed %v, all %v; want [7 40], false", changed, all)
 	}

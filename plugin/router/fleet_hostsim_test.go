@@ -430,6 +430,86 @@ func TestWorkersSeeEachOthersDispatches(t *testing.T) {
 	}
 }
 
+// TestTickPatchesWorkRecords: at a tick a worker republishes only the
+// entries of its work record that moved, as patches, so the other workers
+// read those and not the whole record; a tick where nothing moved still
+// republishes its time and its dispatch rate, which decays.
+func TestTickPatchesWorkRecords(t *testing.T) {
+	f := newTestFleet(t, 2, 4, "")
+	f.advance(time.Second)
+	v, _, ok := f.h.SharedData(testVMID, fleet.KeyRegistry)
+	var reg fleet.Registry
+	if !ok || reg.Decode(v) != nil || len(reg.Workers) != 2 {
+		t.Fatalf("worker registry = %q (found %v), want two workers", v, ok)
+	}
+	record := func(worker uint64) fleet.WorkRecord {
+		t.Helper()
+		var w fleet.WorkRecord
+		v, _, ok := f.h.SharedData(testVMID, fleet.WorkKey(worker))
+		if !ok {
+			t.Fatalf("no work record for worker %x", worker)
+		}
+		if err := w.Decode(v); err != nil {
+			t.Fatalf("work record of worker %x: %v", worker, err)
+		}
+		return w
+	}
+	// Each worker sends requests that stay in flight: their entries move
+	// at the next scrape (what it has not seen yet) and the rate is up.
+	var open []*hostsim.Stream
+	for i := range 6 {
+		s, _ := f.open(i%2, "request "+strconv.Itoa(i)+" "+strings.Repeat("of some length ", 40))
+		open = append(open, s)
+	}
+	defer func() {
+		for _, s := range open {
+			_ = s.Done()
+		}
+	}()
+	rate := map[uint64]float64{}
+	for tick := range 5 {
+		before := map[uint64]fleet.WorkRecord{}
+		for _, w := range reg.Workers {
+			before[w] = record(w)
+		}
+		f.advance(100 * time.Millisecond)
+		for _, w := range reg.Workers {
+			got, was := record(w), before[w]
+			if got.WrittenNanos <= was.WrittenNanos {
+				t.Fatalf("tick %d: worker %x's record written at %d, not after %d", tick, w, got.WrittenNanos, was.WrittenNanos)
+			}
+			if len(got.Patches) == 0 || got.Seq-was.Seq > uint32(len(got.Patches)) {
+				t.Fatalf("tick %d: worker %x republished its whole record (seq %d -> %d, patches %v), want patches",
+					tick, w, was.Seq, got.Seq, got.Patches)
+			}
+			if !(got.ArrivalPerSec > 0) || (tick > 0 && !(got.ArrivalPerSec < rate[w])) {
+				t.Fatalf("tick %d: worker %x's rate %v after %v, want positive and decaying", tick, w, got.ArrivalPerSec, rate[w])
+			}
+			rate[w] = got.ArrivalPerSec
+		}
+	}
+}
+
+// TestWorkersShareArrivalRate: a worker that has dispatched nothing yet
+// prices the externality of its first decision with the rate the other
+// worker published (the decision header's x=): the fleet's arrivals are
+// every router's.
+func TestWorkersShareArrivalRate(t *testing.T) {
+	f := newTestFleet(t, 2, 2, `,"decision_header":true`)
+	f.advance(time.Second)
+	for i := range 20 {
+		f.route(0, "request "+strconv.Itoa(i))
+	}
+	s, _ := f.open(1, "the first request of worker 1")
+	defer s.Done()
+	if _, err := s.ResponseHeaders([][2]string{{":status", "200"}}, false); err != nil {
+		t.Fatal(err)
+	}
+	if why := headerValue(s.ResponseHeaderMap(), HeaderDecision); !strings.Contains(why, " x=") {
+		t.Fatalf("worker 1's first decision %q prices no externality after worker 0 sent 20 requests", why)
+	}
+}
+
 // TestWorkersSharePrefillProgress: worker 0 starts a long prefill on one
 // replica, then another on the second 300 ms later; worker 1, which sent
 // neither, sees from worker 0's published windows that the first is further

@@ -65,7 +65,8 @@ type peerLink struct {
 	self        bool        // the link reaches this gateway: never asked again
 	failing     peerFailure // how the last call failed (logged when it changes)
 	work        []scoring.Work
-	workNanos   int64 // when work was answered; 0: never
+	rate        float64 // the peer's dispatch rate to the fleet, with work
+	workNanos   int64   // when work was answered; 0: never
 }
 
 // setupPeers allocates the exchange's state for the configuration.
@@ -125,10 +126,10 @@ func (r *root) servePeer(path []byte) types.Action {
 		}
 		r.loadJournal() // a racing creator's journal wins: answer with it
 	}
-	r.gatewayWork(now, r.exportWork)
+	rate := r.gatewayWork(now, r.exportWork)
 	epoch, since := queryUint(path, queryEpoch), queryUint(path, querySince)
 	status := uint32(200)
-	buf, err := fleet.AppendPeerExport(r.scratch[:0], r.journal, epoch, since, peerAnswerEntries, r.peerAddrs, r.exportWork, now)
+	buf, err := fleet.AppendPeerExport(r.scratch[:0], r.journal, epoch, since, peerAnswerEntries, r.peerAddrs, r.exportWork, rate, now)
 	if err != nil {
 		r.log.error("cannot encode a peer answer: " + err.Error())
 		status, buf = 500, nil
@@ -142,19 +143,21 @@ func (r *root) servePeer(path []byte) types.Action {
 	return types.ActionPause
 }
 
-// gatewayWork sets dst to this gateway's own in-flight work per replica:
-// this worker's ledger and the other workers' records, without the work
-// imported from peers (exporting that would echo a peer's work back to it).
-func (r *root) gatewayWork(now int64, dst []scoring.Work) {
+// gatewayWork sets dst to this gateway's own in-flight work per replica,
+// and returns its dispatch rate: this worker's ledger and the other
+// workers' records, without the work imported from peers (exporting that
+// would echo a peer's work back to it).
+func (r *root) gatewayWork(now int64, dst []scoring.Work) (perSec float64) {
 	clear(dst)
 	if r.worker != 0 && len(r.registry.Workers) > 1 {
 		r.refreshBoard()
-		r.board.Sum(r.worker, now, r.peerWorkTTL(), dst)
+		_, perSec = r.board.Sum(r.worker, now, r.peerWorkTTL(), dst)
 	}
 	for i := range dst {
-		w := r.ledger.WorkOn(i, &r.replicas[i].Hardware, r.replicas[i].ScrapedNanos, now)
+		w := r.ledger.WorkOn(i, &r.replicas[i].Hardware, r.replicas[i].ScrapedNanos)
 		dst[i].Add(&w)
 	}
+	return perSec + r.ledger.Rate(now)
 }
 
 // loadJournal decodes the gateway's journal into r.journal; false when
@@ -287,7 +290,7 @@ func (r *root) peerAnswered(i, numHeaders, bodySize int) {
 			l.work[k] = x.Work[j]
 		}
 	}
-	l.workNanos = now
+	l.rate, l.workNanos = x.ArrivalPerSec, now
 	if l.failing != peerOK {
 		l.failing = peerOK
 		r.log.info("peer " + r.cfg.PeerExchange.Peers[i].Name + " answers again")
@@ -352,6 +355,7 @@ func (r *root) importPlacement(replica int, chain []uint64) {
 // gateway's workers.
 func (r *root) publishRemoteWork(now int64) {
 	clear(r.remote.Work)
+	r.remote.ArrivalPerSec = 0
 	ttl := r.peerWorkTTL()
 	for i := range r.peers {
 		l := &r.peers[i]
@@ -361,6 +365,7 @@ func (r *root) publishRemoteWork(now int64) {
 		for k := range l.work {
 			r.remote.Work[k].Add(&l.work[k])
 		}
+		r.remote.ArrivalPerSec += l.rate
 	}
 	r.remote.Worker, r.remote.WrittenNanos = r.worker, now
 	r.remote.NextPublish()
@@ -371,7 +376,7 @@ func (r *root) publishRemoteWork(now int64) {
 	r.scratch = buf
 	_ = proxy.SetSharedData(keyRemoteWork, buf, 0) // only the leader writes
 	copy(r.remoteWork, r.remote.Work)
-	r.remoteNanos = now
+	r.remoteRate, r.remoteNanos = r.remote.ArrivalPerSec, now
 	r.remoteGen++
 }
 
@@ -386,14 +391,14 @@ func (r *root) readRemoteWork(now int64) {
 			r.remoteCAS = cas
 			if r.remote.Decode(v) == nil && r.remote.ConfigID == r.configID {
 				copy(r.remoteWork, r.remote.Work)
-				r.remoteNanos = r.remote.WrittenNanos
+				r.remoteRate, r.remoteNanos = r.remote.ArrivalPerSec, r.remote.WrittenNanos
 				r.remoteGen++
 			}
 		}
 	}
 	if r.remoteNanos != 0 && now-r.remoteNanos > r.peerWorkTTL() {
 		clear(r.remoteWork)
-		r.remoteNanos = 0
+		r.remoteRate, r.remoteNanos = 0, 0
 		r.remoteGen++
 	}
 }

@@ -98,6 +98,7 @@ type root struct {
 	remoteGathered uint64
 	record         fleet.WorkRecord
 	workBuf        []byte // record's encoding, patched in place per request
+	workMoved      []int  // refreshWork's scratch
 	registry       fleet.Registry
 	// adapters and peerAdapters carry LoRA placements between workers.
 	adapters, peerAdapters fleet.AdapterRecord
@@ -140,6 +141,7 @@ type root struct {
 	peerExport    fleet.PeerExport
 	remote        fleet.WorkRecord
 	remoteWork    []scoring.Work
+	remoteRate    float64 // the peer gateways' dispatch rate, with remoteWork
 	remoteNanos   int64
 	remoteGen     uint64 // counts the changes of remoteWork
 	remoteCAS     uint32
@@ -252,6 +254,7 @@ func (r *root) setup(cfg *config.Config) error {
 	r.board.ConfigID = r.configID
 	r.record.ConfigID = r.configID
 	r.record.Work = make([]scoring.Work, n)
+	r.workMoved = make([]int, 0, n)
 	r.scratch = make([]byte, 0, 4096)
 	r.models = make(map[string]string)
 	r.setupPeers()

@@ -276,23 +276,54 @@ func (r *root) applySnapshot() {
 
 // exchangeWork publishes this worker's in-flight work per replica and adds
 // up the other workers' (each under its own key) into Replica.PeerWork. The
-// tick refreshes every replica's entry and the worker list; between ticks
-// the request path keeps both directions current (publishWorkOn after each
-// change, gatherPeerWork before each decision), so workers deciding in the
-// same burst see each other's dispatches, not only the last tick's.
+// tick refreshes the record and the worker list; between ticks the request
+// path keeps both directions current (publishWorkOn after each change,
+// gatherPeerWork before each decision), so workers deciding in the same
+// burst see each other's dispatches, not only the last tick's.
 func (r *root) exchangeWork(now int64) {
 	if r.worker == 0 {
 		return
 	}
 	r.ledger.SyncSnapshots(r.replicas)
-	for i := range r.replicas {
-		r.record.Work[i] = r.ledger.WorkOn(i, &r.replicas[i].Hardware, r.replicas[i].ScrapedNanos, now)
-	}
-	r.writeWork(now)
+	r.refreshWork(now)
 	if v, _, err := proxy.GetSharedData(fleet.KeyRegistry); err == nil && r.registry.Decode(v) == nil {
 		r.board.Retain(r.registry.Workers)
 	}
 	r.gatherPeerWork(now)
+}
+
+// refreshWork republishes this worker's record at the tick: its rate and
+// time always (a record that stops moving expires), and the entries that
+// moved since they were published (a scrape's unseen work, a prefill's
+// window), as patches when a few did. The other workers then read and sum
+// those entries again, not the whole record: a whole publish at every tick
+// made the first decision after it in every other worker decode and sum
+// all of each worker's entries.
+func (r *root) refreshWork(now int64) {
+	moved := r.workMoved[:0]
+	for i := range r.replicas {
+		if w := r.ledger.WorkOn(i, &r.replicas[i].Hardware, r.replicas[i].ScrapedNanos); w != r.record.Work[i] {
+			r.record.Work[i] = w
+			moved = append(moved, i)
+		}
+	}
+	r.workMoved = moved
+	if len(moved) > fleet.MaxPatches || len(r.record.Work) == 0 {
+		r.writeWork(now)
+		return
+	}
+	if len(moved) == 0 {
+		// A publish of an unchanged entry carries the new time and rate.
+		moved = append(moved, 0)
+	}
+	r.record.WrittenNanos, r.record.ArrivalPerSec = now, r.ledger.Rate(now)
+	for _, i := range moved {
+		if !r.record.PutEntry(r.workBuf, i) {
+			r.writeWork(now)
+			return
+		}
+	}
+	_ = proxy.SetSharedData(r.workerKey, r.workBuf, 0)
 }
 
 // publishWorkOn updates this worker's published work for one replica (the
@@ -301,8 +332,8 @@ func (r *root) publishWorkOn(replica int, now int64) {
 	if r.worker == 0 || len(r.registry.Workers) < 2 || replica < 0 || replica >= len(r.record.Work) {
 		return
 	}
-	r.record.Work[replica] = r.ledger.WorkOn(replica, &r.replicas[replica].Hardware, r.replicas[replica].ScrapedNanos, now)
-	r.record.WrittenNanos = now
+	r.record.Work[replica] = r.ledger.WorkOn(replica, &r.replicas[replica].Hardware, r.replicas[replica].ScrapedNanos)
+	r.record.WrittenNanos, r.record.ArrivalPerSec = now, r.ledger.Rate(now)
 	if r.record.PutEntry(r.workBuf, replica) {
 		_ = proxy.SetSharedData(r.workerKey, r.workBuf, 0)
 		return
@@ -314,7 +345,7 @@ func (r *root) publishWorkOn(replica int, now int64) {
 // publishWorkOn can patch one entry) and publishes it under its own key:
 // no contention, so no CAS.
 func (r *root) writeWork(now int64) {
-	r.record.WrittenNanos = now
+	r.record.WrittenNanos, r.record.ArrivalPerSec = now, r.ledger.Rate(now)
 	r.record.NextPublish()
 	if buf, err := r.record.AppendBinary(r.workBuf[:0]); err == nil {
 		r.workBuf = buf
@@ -330,18 +361,26 @@ func (r *root) gatherPeerWork(now int64) {
 	local := r.worker != 0 && len(r.registry.Workers) > 1
 	if !local && r.remoteNanos == 0 {
 		r.peerWorkSet = false // what PeerWork holds is left as it was
+		r.ledger.SetPeerRate(0)
 		return
 	}
 	var sum []scoring.Work
 	var changed []int
 	all := !r.peerWorkSet || r.remoteGen != r.remoteGathered || local != r.localGathered
+	rate := 0.0
+	if r.remoteNanos != 0 {
+		rate = r.remoteRate
+	}
 	if local {
 		r.refreshBoard()
 		// A record older than a few lease lifetimes is a dead worker's.
 		var every bool
-		sum, changed, every = r.board.Gather(r.worker, now, r.peerWorkTTL(), len(r.replicas))
+		var workers float64
+		sum, changed, every, workers = r.board.Gather(r.worker, now, r.peerWorkTTL(), len(r.replicas))
 		all = all || every
+		rate += workers
 	}
+	r.ledger.SetPeerRate(rate)
 	r.peerWorkSet, r.remoteGathered, r.localGathered = true, r.remoteGen, local
 	if all {
 		for i := range r.replicas {

@@ -105,7 +105,7 @@ func (r *root) serveStatus() types.Action {
 			b = append(b, `,"drain_deadline_in_ms":`...)
 			b = strconv.AppendInt(b, (rep.DrainDeadlineNanos-now)/int64(time.Millisecond), 10)
 		}
-		w := r.ledger.WorkOn(i, &rep.Hardware, rep.ScrapedNanos, now)
+		w := r.ledger.WorkOn(i, &rep.Hardware, rep.ScrapedNanos)
 		w.Add(&rep.PeerWork)
 		b = append(b, `,"healthy":`...)
 		b = strconv.AppendBool(b, rep.Healthy)
