@@ -20,20 +20,36 @@ const KeyPrefixShare = "gpuroute/prefix-share"
 // its placements to a copy of the value it read (one memory copy, then a
 // few hundred bytes per dispatch), and only when the tail has outgrown the
 // base does a worker encode its whole index as a new base of a new
-// generation.
+// generation. That base continues the generation the writer read (Prev):
+// it holds that base, its whole tail (PrevTail bytes) and the writer's new
+// placements, and the new tail repeats the old one from byte PrevFrom (where
+// the writer's previous merge left it: every worker that merged since is
+// past it) before those placements. A worker that had applied the old tail
+// up to a byte in [PrevFrom, PrevTail] keeps its own index and goes on at
+// the same entry of the new tail rather than decoding the base; only a
+// worker that fell behind (or joined) decodes it. With every worker
+// decoding every new base, each rebase cost every other worker ~1.9 ms of
+// guest time (64 replicas, wazero), and with more workers the tail, and so
+// the rebases, grow faster.
 //
 // Sharing the whole index every tick meant a decode and an encode per
 // worker per tick: with 64 replicas, 1.9 ms of guest time every 100 ms in
 // each worker VM that dispatched (BenchmarkGuestProfile: 0.85 ms decoding,
 // 0.9 ms encoding), a stall of the worker's event loop.
 //
-// Encoding: "GRPX" version u8, generation u64, base length u32, the base,
-// then per tail entry replica u16, checkpoint count u16 (>= 1) and the
-// checkpoints u64 (scoring.PrefixIndex.AppendCheckpoints), to the end of
-// the value.
+// Encoding: "GRPX" version u8, generation u64, previous generation u64,
+// previous tail's repeated start u32 and length u32, base length u32, the
+// base, then per tail entry replica u16, checkpoint count u16 (>= 1) and
+// the checkpoints u64 (scoring.PrefixIndex.AppendCheckpoints), to the end
+// of the value.
 type PrefixShare struct {
 	// Gen identifies the base: a writer that replaces it picks a new one.
 	Gen uint64
+	// Prev is the generation whose base and whole tail, PrevTail bytes,
+	// this base holds (0: none); Tail begins with that tail's bytes from
+	// PrevFrom on.
+	Prev               uint64
+	PrevFrom, PrevTail int
 	// Base is the prefix index encoding; Tail the entries' encoding. Both
 	// alias the decoded value.
 	Base, Tail []byte
@@ -42,16 +58,25 @@ type PrefixShare struct {
 const (
 	magicPrefixShare = "GRPX"
 	// PrefixShareHeaderLen is the length of the fixed header before the base.
-	PrefixShareHeaderLen = headerLen + 8 + 4
-	offShareBaseLen      = headerLen + 8
+	PrefixShareHeaderLen = headerLen + 8 + 8 + 4 + 4 + 4
+	offShareBaseLen      = headerLen + 8 + 8 + 4 + 4
 )
 
 // AppendPrefixShareHeader appends the header of a share of generation gen
-// with an empty base. Append the base's encoding next, then call
-// SetPrefixShareBase.
-func AppendPrefixShareHeader(b []byte, gen uint64) []byte {
+// with an empty base, continuing generation prev whose tail was prevTail
+// bytes, repeated from byte prevFrom (prev 0: none; figures that are not
+// 0 <= prevFrom <= prevTail < 2^32 make it none). Append the base's
+// encoding next, then call SetPrefixShareBase, then the tail's entries:
+// first the previous tail's from prevFrom on.
+func AppendPrefixShareHeader(b []byte, gen, prev uint64, prevFrom, prevTail int) []byte {
+	if prev == 0 || prevFrom < 0 || prevFrom > prevTail || uint64(prevTail) > 1<<32-1 {
+		prev, prevFrom, prevTail = 0, 0, 0
+	}
 	b = appendHeader(b, magicPrefixShare)
 	b = appendU64(b, gen)
+	b = appendU64(b, prev)
+	b = appendU32(b, uint32(prevFrom))
+	b = appendU32(b, uint32(prevTail))
 	return appendU32(b, 0)
 }
 
@@ -85,6 +110,15 @@ func AppendPrefixShareEntry(b []byte, replica int, checkpoints []uint64) []byte 
 	return appendChain(b, replica, checkpoints)
 }
 
+// Grown returns how many bytes of the tail were appended since the base was
+// written: the tail less what it repeats of the previous generation's.
+func (s *PrefixShare) Grown() int {
+	if s.Prev == 0 {
+		return len(s.Tail)
+	}
+	return max(len(s.Tail)-(s.PrevTail-s.PrevFrom), 0)
+}
+
 // Decode reads the header of the share encoded in b and checks that the
 // base fits; Each checks the tail entries as it walks them. s aliases b.
 func (s *PrefixShare) Decode(b []byte) error {
@@ -92,15 +126,21 @@ func (s *PrefixShare) Decode(b []byte) error {
 	if err := r.header(magicPrefixShare, "prefix share"); err != nil {
 		return err
 	}
-	gen, baseLen := r.u64(), r.u32()
+	gen, prev, prevFrom, prevTail, baseLen := r.u64(), r.u64(), r.u32(), r.u32(), r.u32()
 	if r.short {
 		return r.shortErr("prefix share header")
+	}
+	if prevFrom > prevTail {
+		return fail(ErrInvalid, "prefix share previous tail start", int64(prevFrom), "exceeds its length "+strconv.FormatUint(uint64(prevTail), 10))
+	}
+	if prev == 0 && prevTail != 0 {
+		return fail(ErrInvalid, "prefix share previous tail length", int64(prevTail), "must be 0 without a previous generation")
 	}
 	base := r.take(int(baseLen))
 	if base == nil {
 		return fail(ErrShort, "prefix share base length", int64(baseLen), "needs more bytes than the value has")
 	}
-	*s = PrefixShare{Gen: gen, Base: base, Tail: b[r.off:]}
+	*s = PrefixShare{Gen: gen, Prev: prev, PrevFrom: int(prevFrom), PrevTail: int(prevTail), Base: base, Tail: b[r.off:]}
 	return nil
 }
 

@@ -16,7 +16,7 @@ type shareEntry struct {
 // newShare encodes a share of generation gen with base and entries.
 func newShare(t testing.TB, gen uint64, base []byte, entries []shareEntry) []byte {
 	t.Helper()
-	b := append(AppendPrefixShareHeader(nil, gen), base...)
+	b := append(AppendPrefixShareHeader(nil, gen, 0, 0, 0), base...)
 	if !SetPrefixShareBase(b) {
 		t.Fatalf("SetPrefixShareBase(%d-byte base) = false", len(base))
 	}
@@ -84,6 +84,65 @@ func TestPrefixShare(t *testing.T) {
 	}
 	if SetPrefixShareBase(make([]byte, PrefixShareHeaderLen-1)) {
 		t.Errorf("SetPrefixShareBase(shorter than a header) = true, want false")
+	}
+}
+
+// TestPrefixShareLineage: a base written over another generation says which
+// one, how long its tail was and from where the new tail repeats it;
+// figures a u32 cannot say, or a start past the end, make it a base that
+// continues none, and a value saying so does not decode.
+func TestPrefixShareLineage(t *testing.T) {
+	for _, tc := range []struct {
+		name                   string
+		prev                   uint64
+		from, tail             int
+		wantPrev               uint64
+		wantFrom, wantPrevTail int
+	}{
+		{name: "continues", prev: 42, from: 100, tail: 70000, wantPrev: 42, wantFrom: 100, wantPrevTail: 70000},
+		{name: "none", prev: 0},
+		{name: "negative start", prev: 42, from: -1, tail: 10},
+		{name: "start past the end", prev: 42, from: 11, tail: 10},
+		{name: "tail beyond u32", prev: 42, from: 0, tail: 1 << 33},
+	} {
+		b := AppendPrefixShareHeader(nil, 43, tc.prev, tc.from, tc.tail)
+		b = append(b, "base"...)
+		if !SetPrefixShareBase(b) {
+			t.Fatalf("%s: SetPrefixShareBase = false", tc.name)
+		}
+		b = AppendPrefixShareEntry(b, 2, []uint64{5})
+		var sh PrefixShare
+		if err := sh.Decode(b); err != nil {
+			t.Fatalf("%s: Decode = %v", tc.name, err)
+		}
+		if sh.Gen != 43 || sh.Prev != tc.wantPrev || sh.PrevFrom != tc.wantFrom || sh.PrevTail != tc.wantPrevTail ||
+			string(sh.Base) != "base" {
+			t.Fatalf("%s: Decode = gen %d, prev %d from %d of %d, base %q; want 43, %d from %d of %d, \"base\"",
+				tc.name, sh.Gen, sh.Prev, sh.PrevFrom, sh.PrevTail, sh.Base, tc.wantPrev, tc.wantFrom, tc.wantPrevTail)
+		}
+		if got, _, err := walk(&sh, 0, 4); err != nil || !entriesEqual(got, []shareEntry{{2, []uint64{5}}}) {
+			t.Fatalf("%s: tail = %v, %v; want the one entry", tc.name, got, err)
+		}
+		// The tail's growth leaves out what it repeats of the previous
+		// generation's.
+		if want := max(len(sh.Tail)-(tc.wantPrevTail-tc.wantFrom), 0); sh.Grown() != want {
+			t.Fatalf("%s: Grown() = %d, want %d", tc.name, sh.Grown(), want)
+		}
+	}
+	sh := PrefixShare{Prev: 1, PrevFrom: 4, PrevTail: 10, Tail: make([]byte, 30)}
+	if sh.Grown() != 24 {
+		t.Fatalf("Grown() of a 30-byte tail repeating 6 bytes = %d, want 24", sh.Grown())
+	}
+	bad := AppendPrefixShareHeader(nil, 43, 42, 5, 10)
+	copy(bad[headerLen+16:], []byte{11, 0, 0, 0}) // start 11 of a tail of 10
+	SetPrefixShareBase(bad)
+	if err := sh.Decode(bad); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("Decode(start past the previous tail) = %v, want ErrInvalid", err)
+	}
+	copy(bad[headerLen+8:], make([]byte, 8)) // no previous generation, but its tail
+	copy(bad[headerLen+16:], []byte{5, 0, 0, 0})
+	if err := sh.Decode(bad); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("Decode(a previous tail without a previous generation) = %v, want ErrInvalid", err)
 	}
 }
 
@@ -159,6 +218,9 @@ func TestPrefixShareAllocs(t *testing.T) {
 func FuzzPrefixShare(f *testing.F) {
 	f.Add(newShare(f, 1, []byte("base"), []shareEntry{{1, []uint64{5, 6}}, {2, []uint64{7}}}))
 	f.Add(newShare(f, 2, nil, nil))
+	lineage := append(AppendPrefixShareHeader(nil, 3, 2, 8, 20), "base"...)
+	SetPrefixShareBase(lineage)
+	f.Add(AppendPrefixShareEntry(lineage, 4, []uint64{9}))
 	f.Add([]byte("GRPX\x03"))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		var sh PrefixShare
@@ -173,7 +235,8 @@ func FuzzPrefixShare(f *testing.F) {
 		if end < 0 || end > len(sh.Tail) || (err == nil) != (end == len(sh.Tail)) {
 			t.Fatalf("Each(%q) = end %d, %v over a %d-byte tail", in, end, err, len(sh.Tail))
 		}
-		re := newShare(t, sh.Gen, sh.Base, nil)
+		re := append(AppendPrefixShareHeader(nil, sh.Gen, sh.Prev, sh.PrevFrom, sh.PrevTail), sh.Base...)
+		SetPrefixShareBase(re)
 		for _, e := range got {
 			re = AppendPrefixShareEntry(re, e.replica, e.cps)
 			bounds = append(bounds, len(re)-(len(in)-len(sh.Tail)))

@@ -443,11 +443,15 @@ func (r *root) refreshBoard() {
 //
 // The request path records a dispatch in the local index at once, so the
 // merge appends the outbox without applying it again, except after a new
-// base replaced the local index.
+// base replaced the local index. A new base continues the generation it
+// was written over (fleet.PrefixShare.Prev) and its tail opens with the
+// writer's dispatches, which the base also holds, so that the workers that
+// had applied that generation's whole tail go on without decoding it.
 func (r *root) mergePrefixes(now int64) {
 	pending := r.outbox.Len() > 0 || (r.importBox != nil && r.importBox.Len() > 0)
 	for range 3 {
 		var sh fleet.PrefixShare
+		gen0, end0 := r.shareGen, r.shareEnd // where the last merge left the index
 		v, cas, err := proxy.GetSharedData(fleet.KeyPrefixShare)
 		fresh := false // write a new base rather than append
 		switch {
@@ -465,15 +469,40 @@ func (r *root) mergePrefixes(now int64) {
 		if !pending {
 			return
 		}
+		gen, end := r.shareGen, r.shareEnd // what the index holds of the share read
 		if r.importBox != nil {
 			r.importBox.Each(r.recordPrefix)
 		}
-		if fresh || len(sh.Tail) >= max(len(sh.Base)/2, minShareTail) {
-			r.shareGen, r.shareEnd = r.epochNonce(now), 0
-			r.scratch = fleet.AppendPrefixShareHeader(r.scratch[:0], r.shareGen)
+		// A worker that merged into this generation before writes its next
+		// base, once the tail grew shareMerges times what the other
+		// workers appended since that merge (in a tick period).
+		rebase := fresh
+		if !fresh && gen0 == sh.Gen && end0 <= len(sh.Tail) {
+			rebase = sh.Grown() >= max(len(sh.Base)/2, minShareTail, shareMerges*(len(sh.Tail)-end0))
+		}
+		if rebase {
+			// The new base holds the whole tail, applied above. Every
+			// worker that merged since this one last did is past where
+			// that merge left the tail: the new tail repeats the rest.
+			prev, from := uint64(0), 0
+			if !fresh {
+				prev, from = gen, end0
+			}
+			r.shareGen = r.epochNonce(now)
+			r.scratch = fleet.AppendPrefixShareHeader(r.scratch[:0], r.shareGen, prev, from, end)
 			if r.scratch, err = r.index.AppendBinary(r.scratch); err != nil || !fleet.SetPrefixShareBase(r.scratch) {
+				r.shareGen, r.shareEnd = gen, end
 				return
 			}
+			tailAt := len(r.scratch)
+			if prev != 0 {
+				r.scratch = append(r.scratch, sh.Tail[from:end]...)
+			}
+			r.outbox.Each(r.shareAppend)
+			if r.importBox != nil {
+				r.importBox.Each(r.shareAppend)
+			}
+			r.shareEnd = len(r.scratch) - tailAt
 		} else {
 			r.scratch = append(r.scratch[:0], v...)
 			r.outbox.Each(r.shareAppend)
@@ -491,26 +520,42 @@ func (r *root) mergePrefixes(now int64) {
 			return
 		}
 		// Lost the race: the next read finds the winner's value, whose
-		// generation or tail says what to apply.
-		r.shareGen, r.shareEnd = 0, 0
+		// generation or tail says what to apply to what the index held.
+		r.shareGen, r.shareEnd = gen, end
 	}
 }
 
 // minShareTail is the tail a PrefixShare may grow to before a writer
 // replaces it with a new base (or half the base, when larger): the copy of
-// the value each tick grows with the tail, the decode of a new base in
-// every other worker with the base.
+// the value each tick grows with the tail, the writer's encoding of a new
+// base (and the decode in a worker that fell behind) with the base.
 const minShareTail = 16 << 10
+
+// shareMerges is how many tick periods' worth of placements a PrefixShare's
+// tail grows at least before a new base replaces it: a new base every
+// period or two, as the tail bounded by size alone gave at 1,000 requests a
+// second, left the workers that had not merged since the one before it a
+// generation behind, to decode the new one (four workers: 78 decodes of 36
+// bases in 5,000 requests; 3, the joining workers', of 17 with this).
+const shareMerges = 4
 
 // applyShare decodes the share encoded in v into sh and brings the local
 // index up to it: the tail entries past shareEnd when sh has the
-// generation last applied, else its base and whole tail, and then this
-// worker's dispatches not yet shared (the base replaced the index that
-// held them). It returns false, with the index cleared but for those
+// generation last applied, or when its base continues that generation and
+// its tail repeats the old one from before shareEnd (the index holds the
+// rest already), else its base and whole tail, and then this worker's
+// dispatches not yet shared (the base replaced the index that held them). It returns false, with the index cleared but for those
 // dispatches and the reason logged, when v cannot be read.
 func (r *root) applyShare(v []byte, sh *fleet.PrefixShare) bool {
 	err := sh.Decode(v)
-	if err == nil && (sh.Gen != r.shareGen || r.shareEnd > len(sh.Tail)) {
+	switch {
+	case err != nil || sh.Gen == r.shareGen && r.shareEnd <= len(sh.Tail):
+	case sh.Prev != 0 && sh.Prev == r.shareGen && sh.PrevFrom <= r.shareEnd && r.shareEnd <= sh.PrevTail &&
+		r.shareEnd-sh.PrevFrom <= len(sh.Tail):
+		// The base holds what the index does; the tail repeats what the
+		// index lacks of the old one.
+		r.shareGen, r.shareEnd = sh.Gen, r.shareEnd-sh.PrevFrom
+	default:
 		if err = r.index.UnmarshalBinary(sh.Base); err == nil {
 			r.shareGen, r.shareEnd = sh.Gen, 0
 			r.outbox.Each(r.recordPrefix)
