@@ -6,11 +6,12 @@ import (
 	"github.com/gpuroute/gpuroute/plugin/internal/le"
 )
 
-// KeyPrefixShare is the shared-data key of the PrefixShare. It is not the
-// key under which earlier builds shared the whole index encoding, so that
-// during a module update the old and new VMs each keep their own instead
-// of clearing each other's as unreadable.
-const KeyPrefixShare = "gpuroute/prefix-share"
+// KeyPrefixShare is the shared-data key of the PrefixShare. It names the
+// encoding's version, and is not the key under which earlier builds shared
+// the whole index encoding, so that during a module update the old and new
+// VMs each keep their own instead of clearing each other's as unreadable
+// (a writer that cannot read the value replaces it with a new base).
+const KeyPrefixShare = "gpuroute/prefix-share/5"
 
 // PrefixShare is the prefix index as the worker VMs of one Envoy share it:
 // a base (a scoring.PrefixIndex encoding) and a tail of the placements

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -251,4 +253,13 @@ func FuzzPrefixShare(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestPrefixShareKeyNamesVersion: the key changes with the encoding, so
+// that old and new VMs sharing a vm_id during a module update keep an
+// index each rather than replacing each other's unreadable value.
+func TestPrefixShareKeyNamesVersion(t *testing.T) {
+	if want := "/" + strconv.Itoa(Version); !strings.HasSuffix(KeyPrefixShare, want) {
+		t.Fatalf("KeyPrefixShare = %q, want it to end with %q", KeyPrefixShare, want)
+	}
 }
