@@ -444,9 +444,10 @@ func (r *root) refreshBoard() {
 // The request path records a dispatch in the local index at once, so the
 // merge appends the outbox without applying it again, except after a new
 // base replaced the local index. A new base continues the generation it
-// was written over (fleet.PrefixShare.Prev) and its tail opens with the
-// writer's dispatches, which the base also holds, so that the workers that
-// had applied that generation's whole tail go on without decoding it.
+// was written over (fleet.PrefixShare.Prev): its tail repeats that
+// generation's from where this worker's previous merge left it, then the
+// writer's dispatches (which the base also holds), so that the workers that
+// merged since go on at the same entry without decoding the base.
 func (r *root) mergePrefixes(now int64) {
 	pending := r.outbox.Len() > 0 || (r.importBox != nil && r.importBox.Len() > 0)
 	for range 3 {
@@ -544,8 +545,9 @@ const shareMerges = 4
 // generation last applied, or when its base continues that generation and
 // its tail repeats the old one from before shareEnd (the index holds the
 // rest already), else its base and whole tail, and then this worker's
-// dispatches not yet shared (the base replaced the index that held them). It returns false, with the index cleared but for those
-// dispatches and the reason logged, when v cannot be read.
+// dispatches not yet shared (the base replaced the index that held them).
+// It returns false, with the index cleared but for those dispatches and
+// the reason logged, when v cannot be read.
 func (r *root) applyShare(v []byte, sh *fleet.PrefixShare) bool {
 	err := sh.Decode(v)
 	switch {
