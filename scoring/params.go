@@ -47,7 +47,7 @@ type Params struct {
 	// full, the social cost of the choice; 0 is the greedy ETTFT rule
 	// (default 1).
 	ExternalityWeight float64
-	// RateWindow is the time constant of the per-replica arrival rates the
+	// RateWindow is the time constant of the routers' dispatch rates the
 	// externality uses (default 10s: long enough to average a burst, short
 	// enough to follow a load change).
 	RateWindow time.Duration

@@ -200,7 +200,7 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 	chunk := float64(max(p.PrefillChunkTokens, 1))
 	load := 0.0
 	if p.ExternalityWeight > 0 {
-		load = fleetLoad(p, replicas, l, nowNanos, promptMean)
+		load = fleetLoad(replicas, l, nowNanos, promptMean)
 	}
 
 	ownBest, stream := 0.0, 1.0
@@ -846,10 +846,10 @@ func (d *Decision) insertTop(c *Candidate) {
 // proportion to its capacity is then fleetLoad/P_r. Replicas whose profile
 // prices a prefill at nothing add no capacity (a zero profile would make
 // the fleet look infinitely fast).
-func fleetLoad(p *Params, replicas []Replica, l *Ledger, nowNanos int64, promptMean float64) float64 {
+func fleetLoad(replicas []Replica, l *Ledger, nowNanos int64, promptMean float64) float64 {
 	total, capacity := 0.0, 0.0
 	if l != nil {
-		total = l.total.At(nowNanos, p.RateWindow.Seconds()) + l.peerRate
+		total = l.Rate(nowNanos) + l.peerRate
 	}
 	for i := range replicas {
 		r := &replicas[i]
