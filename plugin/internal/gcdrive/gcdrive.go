@@ -48,9 +48,6 @@ const ChunkBytes = 64 << 10
 //lint:ignore U1000 only written, to make each chunk a heap allocation
 var sink []byte
 
-// Marking reports whether a collection is marking.
-func Marking() bool { return writeBarrier.enabled }
-
 // Finish allocates up to maxBytes of garbage, ChunkBytes at a time, until
 // no collection is marking, and returns how many bytes it allocated (0
 // when none was). A cycle whose marking needs more than maxBytes of

@@ -7,14 +7,14 @@ import (
 )
 
 // Natively the collector's own workers run, so these tests show only that
-// Marking follows the collector and Finish keeps to its bound; the module's
-// case, where only Finish's assists can end a cycle, is plugin/router's
-// TestTickEndsCollection under hostsim.
+// the write-barrier flag follows the collector and Finish keeps to its
+// bound; the module's case, where only Finish's assists can end a cycle, is
+// plugin/router's TestTickEndsCollection under hostsim.
 
 func TestFinishWithoutCycle(t *testing.T) {
 	runtime.GC() // returns with the cycle ended
-	if Marking() {
-		t.Fatal("Marking() = true right after runtime.GC returned")
+	if writeBarrier.enabled {
+		t.Fatal("writeBarrier.enabled = true right after runtime.GC returned")
 	}
 	if n := Finish(1 << 20); n != 0 {
 		t.Fatalf("Finish with no cycle marking allocated %d bytes, want 0", n)
@@ -36,7 +36,7 @@ func TestMarkingDuringCollection(t *testing.T) {
 		}
 	}()
 	deadline := time.Now().Add(10 * time.Second)
-	for !Marking() {
+	for !writeBarrier.enabled {
 		if time.Now().After(deadline) {
 			t.Fatal("no collection seen marking in 10 s of back-to-back collections: the write barrier flag is not read")
 		}
