@@ -118,6 +118,7 @@ type Decision struct {
 
 	cands []Candidate
 	adapt []adapterTerms
+	done  []float64 // per replica, the running prefill group's progress (pick)
 }
 
 // Chosen returns the chosen candidate's cost terms, or false when none.
@@ -218,6 +219,17 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		adapterPass(p, req, replicas, l, nowNanos, k.terms, adapterHash, ownBest, stream, waitForSlot)
 	}
 
+	// The loop below calls nothing: on wasm a call in it made Go spill
+	// the values live across the call in every iteration, taken or not
+	// (the snapshot recount, a group's progress and the top list were
+	// calls there). Their inputs do not depend on the loop, so they come
+	// before it and the top list after.
+	if cap(d.done) < len(replicas) {
+		d.done = make([]float64, len(replicas))
+	}
+	done := d.done[:len(replicas)]
+	l.prepare(replicas, nowNanos, done)
+
 	best := math.Inf(1)
 	minWait := math.Inf(1)
 	for i := range replicas {
@@ -277,11 +289,6 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		if l != nil && i < len(l.reps) {
 			lr := &l.reps[i]
 			g = &lr.prefillGroups
-			if lr.syncedSnap != r.ScrapedNanos {
-				// After a scrape every replica's is new: recount them
-				// all in one pass over the requests in flight.
-				l.SyncSnapshots(replicas)
-			}
 			accQueuedN += lr.QueuedN
 			accQueuedTokens += lr.QueuedTokens
 			accDecodeN += lr.DecodeN
@@ -421,9 +428,7 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 			// selF, not min: the builtin on floats is a runtime call on wasm.
 			peerQueued := float64(pw.QueuedN)*h.PrefillFixedSec + float64(pw.QueuedTokens)*h.PrefillSecPerToken
 			w -= selF(pw.DoneSec > peerQueued, pw.DoneSec, peerQueued)
-			if g != nil && g.runStartNanos > 0 {
-				w -= g.doneSec(h, nowNanos)
-			}
+			w -= done[i]
 		}
 		if g != nil {
 			// Dispatch reads this: a request sent here now starts at the
@@ -501,9 +506,6 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		if w < minWait || w != w {
 			minWait = w
 		}
-		if d.NumTop < TopN || t < d.Top[TopN-1].CostSec() {
-			d.insertTop(c)
-		}
 	}
 	if d.Eligible == 0 {
 		return
@@ -520,7 +522,19 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 	ties := 0
 	var bestW uint64
 	for i := range replicas {
-		if cands[i].Index < 0 || !(cands[i].CostSec() <= best+tolerance) {
+		c := &cands[i]
+		if c.Index < 0 {
+			continue
+		}
+		cost := c.CostSec()
+		t := cost
+		if math.IsNaN(t) {
+			t = math.Inf(1)
+		}
+		if d.NumTop < TopN || t < d.Top[TopN-1].CostSec() {
+			d.insertTop(c)
+		}
+		if !(cost <= best+tolerance) {
 			continue
 		}
 		ties++
