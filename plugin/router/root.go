@@ -208,6 +208,11 @@ func (r *root) setup(cfg *config.Config) error {
 		names[i] = cfg.Replicas[i].Name + "\x00" + cfg.Replicas[i].AddressText
 	}
 	r.configID = fleet.ConfigIDOf(names)
+	type parserKey struct {
+		engine metrics.Engine
+		names  metrics.Names
+	}
+	parsers := make(map[parserKey]*metrics.Parser)
 	for i := range cfg.Replicas {
 		c := &cfg.Replicas[i]
 		hw := c.Profile
@@ -225,9 +230,18 @@ func (r *root) setup(cfg *config.Config) error {
 			Healthy:          true,
 		}
 		if c.MetricsCluster != "" {
-			p, err := metrics.NewParser(c.Engine, c.MetricNames)
-			if err != nil {
-				return err
+			// One parser per engine and metric names, not per replica: a
+			// parser keeps nothing from one page to the next, and one each
+			// made the leader's scrape of a large fleet walk a kilobyte of
+			// tables per replica, evicting what the next request needs.
+			key := parserKey{c.Engine, c.MetricNames}
+			p := parsers[key]
+			if p == nil {
+				var err error
+				if p, err = metrics.NewParser(c.Engine, c.MetricNames); err != nil {
+					return err
+				}
+				parsers[key] = p
 			}
 			r.parsers[i] = p
 		}
