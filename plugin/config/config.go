@@ -175,7 +175,8 @@ type Replica struct {
 	MetricsPath string
 	// Engine selects the metric names; default vLLM.
 	Engine metrics.Engine
-	// MetricNames are the engine's default metric names.
+	// MetricNames are the engine's default metric names with the top-level
+	// metric_names overrides applied, then the replica's own.
 	MetricNames metrics.Names
 	// Hardware names the cost profile (scoring.LookupHardware); Profile is
 	// the profile itself. Default "h100".
@@ -280,6 +281,8 @@ func Parse(data []byte) (*Config, error) {
 		Params:                 scoring.DefaultParams(),
 	}
 	var seen seenKeys
+	var topNames nameOverrides   // metric_names
+	var repNames []nameOverrides // replicas[i].metric_names
 	r.Object()
 	for r.Member() {
 		key := string(r.Key())
@@ -289,7 +292,9 @@ func Parse(data []byte) (*Config, error) {
 		var err error
 		switch key {
 		case KeyReplicas:
-			err = parseReplicas(cfg, &r)
+			repNames, err = parseReplicas(cfg, &r)
+		case KeyMetricNames:
+			topNames, err = parseMetricNames(KeyMetricNames, &r)
 		case KeyTickMillis:
 			var v int64
 			if v, err = intValue(KeyTickMillis, r.Value()); err == nil && (v < 1 || v > MaxTickMillis) {
@@ -318,6 +323,17 @@ func Parse(data []byte) (*Config, error) {
 	}
 	if len(cfg.Replicas) == 0 {
 		return nil, errors.New("config: " + KeyReplicas + " must list at least one replica")
+	}
+	// Names are settled only now: a replica's engine may follow its
+	// metric_names, and the top-level metric_names may follow the replicas.
+	for i := range cfg.Replicas {
+		rep := &cfg.Replicas[i]
+		rep.MetricNames = metrics.DefaultNames(rep.Engine)
+		topNames.apply(&rep.MetricNames)
+		repNames[i].apply(&rep.MetricNames)
+		if err := rep.MetricNames.Validate(); err != nil {
+			return nil, errors.New("config: " + field(i, KeyMetricNames) + ": " + err.Error())
+		}
 	}
 	if cfg.LeaseMillis == 0 {
 		cfg.LeaseMillis = max(3*cfg.TickMillis, 1000)
@@ -348,110 +364,121 @@ func malformed(r *jsonx.Reader) error {
 	return nil
 }
 
-func parseReplicas(cfg *Config, r *jsonx.Reader) error {
+// parseReplicas reads the replica list into cfg and returns each replica's
+// metric_names overrides, which Parse applies once the document is read.
+func parseReplicas(cfg *Config, r *jsonx.Reader) ([]nameOverrides, error) {
 	if k := r.Kind(); k != jsonx.Array {
-		return errors.New("config: " + KeyReplicas + " must be an array, got " + k.String())
+		return nil, errors.New("config: " + KeyReplicas + " must be an array, got " + k.String())
 	}
 	cfg.Replicas = cfg.Replicas[:0]
+	var names []nameOverrides
 	byName := map[string]int{}
 	r.Array()
 	for i := 0; r.Elem(); i++ {
 		if i >= MaxReplicas {
-			return errors.New("config: " + KeyReplicas + " has more than " + strconv.Itoa(MaxReplicas) + " entries")
+			return nil, errors.New("config: " + KeyReplicas + " has more than " + strconv.Itoa(MaxReplicas) + " entries")
 		}
-		rep, err := parseReplica(i, r)
+		rep, own, err := parseReplica(i, r)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if j, dup := byName[rep.Name]; dup {
-			return errors.New("config: " + field(i, KeyName) + " " + quoteString(rep.Name) + " duplicates " + field(j, KeyName))
+			return nil, errors.New("config: " + field(i, KeyName) + " " + quoteString(rep.Name) + " duplicates " + field(j, KeyName))
 		}
 		byName[rep.Name] = i
 		cfg.Replicas = append(cfg.Replicas, rep)
+		names = append(names, own)
 	}
-	return malformed(r)
+	return names, malformed(r)
 }
 
-func parseReplica(i int, r *jsonx.Reader) (Replica, error) {
-	rep := Replica{Engine: metrics.EngineVLLM, MetricNames: metrics.DefaultNames(metrics.EngineVLLM),
-		State: StateActive, MetricsPath: DefaultMetricsPath,
+// parseReplica reads one replica and its metric_names overrides; its
+// MetricNames are left for Parse to settle.
+func parseReplica(i int, r *jsonx.Reader) (Replica, nameOverrides, error) {
+	rep := Replica{Engine: metrics.EngineVLLM, State: StateActive, MetricsPath: DefaultMetricsPath,
 		Hardware: scoring.HardwareH100, Profile: scoring.DefaultHardware(), AdapterSlots: -1}
 	where := KeyReplicas + "[" + strconv.Itoa(i) + "]"
 	if k := r.Kind(); k != jsonx.Object {
 		if err := malformed(r); err != nil {
-			return rep, err
+			return rep, nil, err
 		}
 		r.Skip()
 		if err := malformed(r); err != nil {
-			return rep, err
+			return rep, nil, err
 		}
-		return rep, errors.New("config: " + where + " must be an object, got " + k.String())
+		return rep, nil, errors.New("config: " + where + " must be an object, got " + k.String())
 	}
 	var seen seenKeys
 	var stateText string
+	var own nameOverrides
 	r.Object()
 	for r.Member() {
 		key := string(r.Key())
 		if err := seen.add(where, key); err != nil {
-			return rep, err
+			return rep, nil, err
 		}
 		switch key {
 		case KeyName, KeyAddress, KeyMetricsCluster, KeyEngine, KeyHardware, KeyState, KeyMetricsPath:
 			s, err := stringValue(field(i, key), r.Value())
 			if err != nil {
-				return rep, err
+				return rep, nil, err
 			}
 			if key == KeyState {
 				stateText = s
 			}
 			if err := setReplicaString(&rep, i, key, s); err != nil {
-				return rep, err
+				return rep, nil, err
 			}
 		case KeyDrainDeadlineMs:
 			v, err := intValue(field(i, key), r.Value())
 			if err != nil {
-				return rep, err
+				return rep, nil, err
 			}
 			if v <= 0 {
-				return rep, errors.New("config: " + field(i, key) + " must be > 0, got " + strconv.FormatInt(v, 10))
+				return rep, nil, errors.New("config: " + field(i, key) + " must be > 0, got " + strconv.FormatInt(v, 10))
 			}
 			rep.DrainDeadlineUnixMillis = v
 		case KeyAdapterSlots:
 			v, err := boundedInt(field(i, key), r.Value(), -1, 1024)
 			if err != nil {
-				return rep, err
+				return rep, nil, err
 			}
 			rep.AdapterSlots = int(v)
 		case KeyAdapterHostSlots:
 			v, err := boundedInt(field(i, key), r.Value(), 0, 65536)
 			if err != nil {
-				return rep, err
+				return rep, nil, err
 			}
 			rep.AdapterHostSlots = int(v)
+		case KeyMetricNames:
+			var err error
+			if own, err = parseMetricNames(field(i, key), r); err != nil {
+				return rep, nil, err
+			}
 		case KeyKVCapacity:
 			v, err := boundedInt(field(i, key), r.Value(), 0, 1<<40)
 			if err != nil {
-				return rep, err
+				return rep, nil, err
 			}
 			rep.KVCapacityTokens = int(v)
 		default:
-			return rep, errors.New("config: " + where + ": unknown key " + quoteString(key))
+			return rep, nil, errors.New("config: " + where + ": unknown key " + quoteString(key))
 		}
 	}
 	if err := malformed(r); err != nil {
-		return rep, err
+		return rep, nil, err
 	}
 	if rep.Name == "" {
-		return rep, errors.New("config: " + field(i, KeyName) + " is required")
+		return rep, nil, errors.New("config: " + field(i, KeyName) + " is required")
 	}
 	if !rep.Address.IsValid() {
-		return rep, errors.New("config: " + field(i, KeyAddress) + " is required")
+		return rep, nil, errors.New("config: " + field(i, KeyAddress) + " is required")
 	}
 	if rep.DrainDeadlineUnixMillis != 0 && rep.State != StateDraining {
-		return rep, errors.New("config: " + field(i, KeyDrainDeadlineMs) + " is only allowed with state " +
+		return rep, nil, errors.New("config: " + field(i, KeyDrainDeadlineMs) + " is only allowed with state " +
 			strconv.Quote(StateNameDraining) + ", got state " + strconv.Quote(stateText))
 	}
-	return rep, nil
+	return rep, own, nil
 }
 
 func setReplicaString(r *Replica, i int, key, s string) error {
@@ -498,8 +525,7 @@ func setReplicaString(r *Replica, i int, key, s string) error {
 		if err != nil {
 			return errors.New("config: " + field(i, key) + " " + quoteString(s) + " is not one of vllm, sglang, tgi, triton, trtllm-serve")
 		}
-		r.Engine = e
-		r.MetricNames = metrics.DefaultNames(e)
+		r.Engine = e // Parse sets MetricNames when the document is read
 	case KeyHardware:
 		hw, ok := scoring.LookupHardware(s)
 		if !ok {

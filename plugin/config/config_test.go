@@ -289,6 +289,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(`{"replicas":[{"name":"a","address":"10.0.0.1"}]}`))
 	f.Add([]byte(`{"replicas":[{"name":"\u0000","address":"1.2.3.4:5"},{"name":"\u0000"}]}`))
 	f.Add([]byte(`{`))
+	f.Add([]byte(`{"replicas":[{"name":"a","address":"10.0.0.1:1","metric_names":{"waiting":"trtllm:w","kv_usage":{"metric":"m","label":"l","value":"v"},"lora_info":null},"engine":"triton"}],"metric_names":{"running":null}}`))
 	f.Add([]byte(`{"replicas":[{"name":"a","address":"10.0.0.1:1"}],"peer_path":"/p","peer_token":"0123456789abcdef","peers":[{"name":"b","cluster":"c"},{"name":"b"}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, err := Parse(data)
@@ -316,6 +317,9 @@ func FuzzParse(f *testing.F) {
 			back, err := netip.ParseAddrPort(r.AddressText)
 			if err != nil || back != r.Address || r.Address.Port() == 0 {
 				t.Fatalf("replica %d address %q does not round trip: %v", i, r.AddressText, err)
+			}
+			if _, err := metrics.NewParser(r.Engine, r.MetricNames); err != nil {
+				t.Fatalf("replica %d names %+v make no parser: %v", i, r.MetricNames, err)
 			}
 			if r.State > StateDrained || (r.DrainDeadlineUnixMillis != 0 && r.State != StateDraining) {
 				t.Fatalf("replica %d has state %v with deadline %d", i, r.State, r.DrainDeadlineUnixMillis)

@@ -240,18 +240,70 @@ func (n *Names) sources() [numFields]*Source {
 	}
 }
 
-// fieldKeys are the names validation errors use for each field (the Names
-// field names in snake case, as configuration spells them).
+// Keys of the Names fields as configuration spells them (plugin/config's
+// "metric_names" object) and as validation errors name them: the field names
+// in snake case.
+const (
+	KeyWaiting          = "waiting"
+	KeyRunning          = "running"
+	KeyMaxRunning       = "max_running"
+	KeyKVUsage          = "kv_usage"
+	KeyKVUsedTokens     = "kv_used_tokens"
+	KeyKVCapacityTokens = "kv_capacity_tokens"
+	KeyKVBlocks         = "kv_blocks"
+	KeyKVUsedBlocks     = "kv_used_blocks"
+	KeyBlockSizeTokens  = "block_size_tokens"
+	KeyPrefixQueries    = "prefix_queries"
+	KeyPrefixHits       = "prefix_hits"
+	KeyPrefixMisses     = "prefix_misses"
+	KeyCacheHitRate     = "cache_hit_rate"
+	KeyPromptTokens     = "prompt_tokens"
+	KeyGenerationTokens = "generation_tokens"
+	KeyPreemptions      = "preemptions"
+	KeyBatchMaxTokens   = "batch_max_tokens"
+	KeyContextTokens    = "context_tokens"
+
+	// KeyCacheConfigInfo and KeyLoRAInfo name the two info metrics
+	// (Names.CacheConfigInfo, Names.LoRAInfo), which are bare names.
+	KeyCacheConfigInfo = "cache_config_info"
+	KeyLoRAInfo        = "lora_info"
+)
+
+// fieldKeys are the keys of the Source fields, in field order.
 var fieldKeys = [numFields]string{
-	fWaiting: "waiting", fRunning: "running", fMaxRunning: "max_running",
-	fKVUsage: "kv_usage", fKVUsedTokens: "kv_used_tokens",
-	fKVCapacityTokens: "kv_capacity_tokens", fKVBlocks: "kv_blocks",
-	fKVUsedBlocks: "kv_used_blocks", fBlockSize: "block_size_tokens",
-	fPrefixQueries: "prefix_queries", fPrefixHits: "prefix_hits",
-	fPrefixMisses: "prefix_misses", fCacheHitRate: "cache_hit_rate",
-	fPromptTokens: "prompt_tokens", fGenerationTokens: "generation_tokens",
-	fPreemptions: "preemptions", fBatchMaxTokens: "batch_max_tokens",
-	fContextTokens: "context_tokens",
+	fWaiting: KeyWaiting, fRunning: KeyRunning, fMaxRunning: KeyMaxRunning,
+	fKVUsage: KeyKVUsage, fKVUsedTokens: KeyKVUsedTokens,
+	fKVCapacityTokens: KeyKVCapacityTokens, fKVBlocks: KeyKVBlocks,
+	fKVUsedBlocks: KeyKVUsedBlocks, fBlockSize: KeyBlockSizeTokens,
+	fPrefixQueries: KeyPrefixQueries, fPrefixHits: KeyPrefixHits,
+	fPrefixMisses: KeyPrefixMisses, fCacheHitRate: KeyCacheHitRate,
+	fPromptTokens: KeyPromptTokens, fGenerationTokens: KeyGenerationTokens,
+	fPreemptions: KeyPreemptions, fBatchMaxTokens: KeyBatchMaxTokens,
+	fContextTokens: KeyContextTokens,
+}
+
+// SourceField returns the Source field of n that key (KeyWaiting …
+// KeyContextTokens) names, or nil when key names none: configuration sets
+// an override through it, so the key table lives only here.
+func (n *Names) SourceField(key string) *Source {
+	for f, k := range fieldKeys {
+		if k == key {
+			return n.sources()[f]
+		}
+	}
+	return nil
+}
+
+// InfoField returns the info-metric name of n that key (KeyCacheConfigInfo
+// or KeyLoRAInfo) names, or nil when key names neither.
+func (n *Names) InfoField(key string) *string {
+	switch key {
+	case KeyCacheConfigInfo:
+		return &n.CacheConfigInfo
+	case KeyLoRAInfo:
+		return &n.LoRAInfo
+	}
+	return nil
 }
 
 // Validate reports the first name in n that no sample line could carry: metric
