@@ -521,20 +521,13 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 	tolerance := p.TieEpsilonSec
 	ties := 0
 	var bestW uint64
+	d.fillTop(cands)
 	for i := range replicas {
 		c := &cands[i]
 		if c.Index < 0 {
 			continue
 		}
-		cost := c.CostSec()
-		t := cost
-		if math.IsNaN(t) {
-			t = math.Inf(1)
-		}
-		if d.NumTop < TopN || t < d.Top[TopN-1].CostSec() {
-			d.insertTop(c)
-		}
-		if !(cost <= best+tolerance) {
+		if !(c.CostSec() <= best+tolerance) {
 			continue
 		}
 		ties++
@@ -834,22 +827,37 @@ func (d *Decision) loadAvoided() bool {
 	return false
 }
 
-// insertTop keeps d.Top sorted by total, cheapest first; equal totals keep
-// replica order, so the list is deterministic.
-func (d *Decision) insertTop(c *Candidate) {
-	t := c.CostSec()
-	pos := d.NumTop
-	for pos > 0 && t < d.Top[pos-1].CostSec() {
-		pos--
+// fillTop sets d.Top to the TopN cheapest of the eligible cands (Index ≥
+// 0), cheapest first, equal costs in replica order. It keeps indices and
+// costs while it selects and copies the Candidates once: inserting whole
+// Candidates moved 64-byte structs about 16 times a decision (TopN times
+// the log of the fleet's size), a memmove call each on wasm.
+func (d *Decision) fillTop(cands []Candidate) {
+	var topIdx [TopN]int
+	var topCost [TopN]float64
+	n := 0
+	for i := range cands {
+		c := &cands[i]
+		if c.Index < 0 {
+			continue
+		}
+		cost := c.CostSec()
+		if n == TopN && !(cost < topCost[TopN-1]) {
+			continue
+		}
+		pos := n
+		for pos > 0 && cost < topCost[pos-1] {
+			pos--
+		}
+		for k := min(n, TopN-1); k > pos; k-- {
+			topIdx[k], topCost[k] = topIdx[k-1], topCost[k-1]
+		}
+		topIdx[pos], topCost[pos] = i, cost
+		n = min(n+1, TopN)
 	}
-	if pos >= TopN {
-		return
-	}
-	end := min(d.NumTop, TopN-1)
-	copy(d.Top[pos+1:end+1], d.Top[pos:end])
-	d.Top[pos] = *c
-	if d.NumTop < TopN {
-		d.NumTop++
+	d.NumTop = n
+	for k, i := range topIdx[:n] {
+		d.Top[k] = cands[i]
 	}
 }
 
