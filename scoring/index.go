@@ -442,39 +442,52 @@ func (x *PrefixIndex) Lookup(chain []uint64, out []int) {
 	blockTokens := x.cfg.BlockChars / CharsPerToken
 	nck := n / s // checkpoints at positions s-1, 2s-1, ...
 	filter, fmask := x.filter, x.fmask
-	for r := range out {
-		if r >= len(x.count) || x.count[r] == 0 {
-			continue
-		}
-		rep := uint16(r + 1)
-		bit := uint64(1) << (r & 63) // r's bit in filter (see the field)
-		// Binary search the largest checkpoint held (chains are
-		// prefix-closed: holding checkpoint j implies the earlier ones),
-		// testing the first checkpoint first: a prefix lives on a few
-		// replicas of a fleet, and on each of the others this ends the
-		// search in one probe instead of log2(checkpoints), for one more
-		// on a holder (BenchmarkIndexLookup512x64, 8 of 64 replicas
-		// holding part of the chain: 19.1 -> 9.3 µs under wazero; testing
-		// the filter first, with its slice and r's bit in locals: 9.5 ->
-		// 3.9 µs, and 2.1 -> 1.3 µs under V8).
-		lo, hi := 0, nck // answer in [lo, hi] checkpoints held
-		for mid := 1; lo < hi; mid = (lo + hi + 1) / 2 {
-			if h := uint32(chain[mid*s-1] >> 32); filter[h&fmask]&bit != 0 && x.find(h, rep) >= 0 {
-				lo = mid
-			} else {
-				hi = mid - 1
+	// A replica holds part of the chain only if it holds the first
+	// checkpoint or, before it, the last block of a shorter chain: the
+	// filter words of the first s blocks, OR-ed, have the bits of every
+	// replica that may, and only those are searched (bit b stands for
+	// replicas b, b+64, ...). Testing each replica's bit in turn cost a
+	// loop iteration per replica on wasm, for the few that hold anything.
+	var held uint64
+	for _, h := range chain[:min(s, n)] {
+		held |= filter[uint32(h>>32)&fmask]
+	}
+	for ; held != 0; held &= held - 1 {
+		for r := bits.TrailingZeros64(held); r < len(out) && r < len(x.count); r += 64 {
+			if x.count[r] == 0 {
+				continue
 			}
-		}
-		blocks := lo * s
-		// A recorded chain's last block is a checkpoint too: look for one
-		// between this checkpoint and the next.
-		for pos := min(blocks+s-1, n) - 1; pos >= blocks; pos-- {
-			if h := uint32(chain[pos] >> 32); filter[h&fmask]&bit != 0 && x.find(h, rep) >= 0 {
-				blocks = pos + 1
-				break
+			rep := uint16(r + 1)
+			bit := uint64(1) << (r & 63) // r's bit in filter (see the field)
+			// Binary search the largest checkpoint held (chains are
+			// prefix-closed: holding checkpoint j implies the earlier
+			// ones), testing the first checkpoint first: a prefix lives
+			// on a few replicas of a fleet, and on each of the others
+			// this ends the search in one probe instead of
+			// log2(checkpoints), for one more on a holder
+			// (BenchmarkIndexLookup512x64, 8 of 64 replicas holding part
+			// of the chain: 19.1 -> 9.3 µs under wazero; testing the
+			// filter first, with its slice and r's bit in locals: 9.5 ->
+			// 3.9 µs, and 2.1 -> 1.3 µs under V8).
+			lo, hi := 0, nck // answer in [lo, hi] checkpoints held
+			for mid := 1; lo < hi; mid = (lo + hi + 1) / 2 {
+				if h := uint32(chain[mid*s-1] >> 32); filter[h&fmask]&bit != 0 && x.find(h, rep) >= 0 {
+					lo = mid
+				} else {
+					hi = mid - 1
+				}
 			}
+			blocks := lo * s
+			// A recorded chain's last block is a checkpoint too: look for
+			// one between this checkpoint and the next.
+			for pos := min(blocks+s-1, n) - 1; pos >= blocks; pos-- {
+				if h := uint32(chain[pos] >> 32); filter[h&fmask]&bit != 0 && x.find(h, rep) >= 0 {
+					blocks = pos + 1
+					break
+				}
+			}
+			out[r] = blocks * blockTokens
 		}
-		out[r] = blocks * blockTokens
 	}
 }
 

@@ -63,11 +63,12 @@ func TestPrefixIndexLookup(t *testing.T) {
 // TestLookupMatchesScan holds Lookup's search to a plain scan: checkpoints
 // held from the first on, then the recorded tip before the next one, on
 // random families of chains recorded on random replicas (no eviction, so
-// every replica's chains are prefix-closed).
+// every replica's chains are prefix-closed). Fleets of more than 64
+// replicas share filter bits (replicas r and r+64).
 func TestLookupMatchesScan(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 7))
-	for round := range 200 {
-		const replicas = 8
+	for round := range 400 {
+		replicas := []int{8, 130}[round%2]
 		x := NewPrefixIndex(IndexConfig{BlockChars: 64, Stride: 4, MaxReplicas: replicas, MaxEntries: 1 << 16})
 		var chains [][]uint64
 		for range 1 + rng.IntN(12) {
