@@ -391,17 +391,18 @@ func (vm *VM) putU64(ptr uint32, v uint64) Status {
 func (vm *VM) malloc(n uint32) uint32 {
 	st := vm.allocStack[:]
 	st[0] = uint64(n)
-	var t0 time.Time
+	var t0 int64
 	if vm.timeGuest {
-		t0 = time.Now()
+		t0 = nanotime()
 	}
 	if err := vm.fn[fnMalloc].CallWithStack(vm.callCtx, st); err != nil {
 		panic(err)
 	}
 	if vm.timeGuest {
 		// The guest's, inside the host function that asked for it: the
-		// export's time counts it once the host function's no longer does.
-		vm.hostTime -= time.Since(t0)
+		// export's time counts it once the host function's no longer does
+		// (less one clock read, guestclock.go).
+		vm.hostTime -= time.Duration(nanotime() - t0 - clockReadNanos)
 	}
 	return uint32(st[0])
 }

@@ -64,7 +64,8 @@ type Options struct {
 	// inside its exports, less the host functions they call (this host's
 	// ABI implementation, which Envoy replaces with its own) but with the
 	// proxy_on_memory_allocate calls those make into the guest (VM.GuestTime).
-	// It costs two clock reads per export and per host function call.
+	// It costs two monotonic clock reads per export and per host function call
+	// (guestclock.go says how their own cost is kept out of the guest's).
 	TimeGuest bool
 }
 

@@ -248,9 +248,9 @@ func (vm *VM) hostCall(fn func()) {
 		fn()
 		return
 	}
-	t0 := time.Now()
+	t0 := nanotime()
 	fn()
-	vm.hostTime += time.Since(t0)
+	vm.hostTime += time.Duration(nanotime() - t0 + clockReadNanos)
 }
 
 // usable reports why the VM cannot take a call. Callers hold vm.mu.
@@ -277,13 +277,13 @@ func (vm *VM) invoke(fn int, def uint64, n int, a0, a1, a2, a3, a4 uint64) (uint
 	vm.stderr = vm.stderr[:0]
 	st := vm.stack[:]
 	st[0], st[1], st[2], st[3], st[4] = a0, a1, a2, a3, a4
-	var t0 time.Time
+	var t0 int64
 	if vm.timeGuest {
-		t0, vm.hostTime = time.Now(), 0
+		t0, vm.hostTime = nanotime(), 0
 	}
 	err := f.CallWithStack(vm.callCtx, st)
 	if vm.timeGuest {
-		vm.guestTime += time.Since(t0) - vm.hostTime
+		vm.guestTime += time.Duration(nanotime()-t0) - vm.hostTime
 	}
 	if err != nil {
 		var b strings.Builder
