@@ -118,7 +118,13 @@ type Decision struct {
 
 	cands []Candidate
 	adapt []adapterTerms
-	done  []float64 // per replica, the running prefill group's progress (pick)
+	plain []adapterTerms // the terms of a request without an adapter (pick)
+	done  []float64      // per replica, the running prefill group's progress (pick)
+	// cached pads a cachedTokens shorter than the fleet with zeros, and
+	// noLedger stands for the ledger entry of a replica the ledger does not
+	// cover (pick).
+	cached   []int
+	noLedger repAcc
 }
 
 // Chosen returns the chosen candidate's cost terms, or false when none.
@@ -175,7 +181,7 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		staleNanos                                        int64
 		adapterHash                                       uint64
 		waitForSlot                                       bool
-		terms                                             []adapterTerms // nil: no adapter
+		terms                                             []adapterTerms // one per replica
 	}
 	k.waitForSlot = waitForSlot
 	k.ownOut = float64(l.ExpectedOutput(req))
@@ -217,6 +223,17 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		}
 		k.terms = d.adapt[:len(replicas)]
 		adapterPass(p, req, replicas, l, nowNanos, k.terms, adapterHash, ownBest, stream, waitForSlot)
+	} else {
+		// Without an adapter every replica can serve it at no cost: a
+		// row of such terms, read like the others, so that the loop
+		// below has no branch on whether there is an adapter.
+		if cap(d.plain) < len(replicas) {
+			d.plain = make([]adapterTerms, len(replicas))
+			for i := range d.plain {
+				d.plain[i].ok = true
+			}
+		}
+		k.terms = d.plain[:len(replicas)]
 	}
 
 	// The loop below calls nothing: on wasm a call in it made Go spill
@@ -229,48 +246,55 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 	}
 	done := d.done[:len(replicas)]
 	l.prepare(replicas, nowNanos, done)
+	if len(cachedTokens) < len(replicas) {
+		d.cached = append(d.cached[:0], cachedTokens...)
+		for len(d.cached) < len(replicas) {
+			d.cached = append(d.cached, 0)
+		}
+		cachedTokens = d.cached
+	}
+	cachedTokens = cachedTokens[:len(replicas)]
+	var reps []repAcc
+	if l != nil {
+		reps = l.reps
+	}
 
 	best := math.Inf(1)
 	minWait := math.Inf(1)
+	// The common path through this loop is written without branches
+	// (selF, b2u, conditional integer assignments): on wasm every jump
+	// taken between Go's blocks goes through the function's block
+	// dispatch, and the loop took about 16 of them per replica (counted
+	// with binaryen's --log-execution), most of its time under wazero.
 	for i := range replicas {
 		r := &replicas[i]
-		cands[i].Index = -1
-		if !r.Healthy {
-			d.Unhealthy++
-			continue
-		}
+		c := &cands[i]
+		c.Index = -1
 		// Not DrainAt: its deadline only turns Draining into Drained,
 		// both closed, and on wasm its clock comparisons were branches
 		// in every iteration (here and in the other passes).
-		if r.Drain != Serving {
-			d.Draining++
+		healthy := b2u(r.Healthy)
+		if healthy&b2u(r.Drain == Serving) == 0 {
+			d.Unhealthy += int(1 - healthy)
+			d.Draining += int(healthy)
 			continue
 		}
-		c := &cands[i]
+		// A(r, a), from adapterPass.
+		t := &k.terms[i]
+		if !t.ok {
+			d.NoAdapterSlot++
+			continue
+		}
 		// Field by field, each once, rather than zeroing the whole
 		// Candidate first: on wasm the zeroing was a run of stores per
 		// replica that the writes below repeat anyway.
-		c.Index, c.AdapterSec, c.ExternalSec = i, 0, 0
+		c.Index, c.AdapterSec, c.ExternalSec = i, t.sec, 0
+		pendingSec := t.pendingSec
 		h := &r.Hardware
-
-		// A(r, a), from adapterPass.
-		pendingSec := 0.0
-		if k.terms != nil {
-			t := &k.terms[i]
-			if !t.ok {
-				d.NoAdapterSlot++
-				c.Index = -1
-				continue
-			}
-			c.AdapterSec, pendingSec = t.sec, t.pendingSec
-		}
 
 		// k(r) and P_r(n − k): the server recomputes at least the last
 		// token, so k < n.
-		cached := 0
-		if i < len(cachedTokens) {
-			cached = min(max(cachedTokens[i], 0), k.n-1)
-		}
+		cached := min(max(cachedTokens[i], 0), k.n-1)
 		c.CachedTokens = cached
 		// h.PrefillSeconds(n − k) written out: n − k ≥ 1, so its guard
 		// for no tokens, a float result chosen by a branch on wasm, is
@@ -285,17 +309,17 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		pw := &r.PeerWork
 		accQueuedN, accQueuedTokens, accDecodeN := pw.QueuedN, pw.QueuedTokens, pw.DecodeN
 		accDecodeTokens, accUnseenN, accUnseenTokens := pw.DecodeTokens, pw.UnseenN, pw.UnseenTokens
-		var g *prefillGroups
-		if l != nil && i < len(l.reps) {
-			lr := &l.reps[i]
-			g = &lr.prefillGroups
-			accQueuedN += lr.QueuedN
-			accQueuedTokens += lr.QueuedTokens
-			accDecodeN += lr.DecodeN
-			accDecodeTokens += lr.DecodeTokens
-			accUnseenN += lr.UnseenN
-			accUnseenTokens += lr.UnseenTokens
+		lr := &d.noLedger
+		if i < len(reps) {
+			lr = &reps[i]
 		}
+		g := &lr.prefillGroups
+		accQueuedN += lr.QueuedN
+		accQueuedTokens += lr.QueuedTokens
+		accDecodeN += lr.DecodeN
+		accDecodeTokens += lr.DecodeTokens
+		accUnseenN += lr.UnseenN
+		accUnseenTokens += lr.UnseenTokens
 		waiting, running := int64(max(r.WaitingRequests, 0)), int64(max(r.RunningRequests, 0))
 		seenRouted := max(accQueuedN+accDecodeN-accUnseenN, 0)
 		foreign := max(waiting+running-seenRouted, 0)
@@ -388,28 +412,20 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 			growth := selF(b*k.ownOut < decodeTok, decodeTok, b*k.ownOut)
 			kvNeed := usage*kvCap + float64(accUnseenTokens) + uncached + growth + k.ownOut
 			kvFull := b2u(kvCap > 0) & b2u(kvNeed > kvCap)
-			if kvFull != 0 {
-				hold = step * decodeTok / b // one mean remaining output
-			}
-			if r.MaxBatchSeqs > 0 {
-				if excess := qN + b + 1 - float64(r.MaxBatchSeqs); excess > 0 {
-					if bw := step * excess * 2 * decodeTok / (b * b); bw > hold {
-						hold = bw
-					}
-				}
-			}
+			hold = selF(kvFull != 0, 0, step*decodeTok/b) // one mean remaining output
+			excess := qN + b + 1 - float64(r.MaxBatchSeqs)
+			bw := step * excess * 2 * decodeTok / (b * b)
+			hold = selF(b2u(r.MaxBatchSeqs > 0)&b2u(excess > 0)&b2u(bw > hold) != 0, hold, bw)
 			w += hold
-			if k.terms != nil && k.terms[i].slotWait {
-				// One slot frees about every mean remaining output; the
-				// adapters already waiting for one there take the first
-				// ones (the engine admits its queue in order), so this
-				// request waits for one more than they do. Counting one
-				// wait for all piled a startup burst of new adapters onto
-				// the replica that looked soonest (lora seed 2: 7 new
-				// adapters on one replica in 5 s, first tokens after 11 to
-				// 22 s, and 13 adapters sharing its 4 slots from then on).
-				c.AdapterSec += step * decodeTok / b * float64(k.terms[i].releases)
-			}
+			// One slot frees about every mean remaining output; the
+			// adapters already waiting for one there take the first
+			// ones (the engine admits its queue in order), so this
+			// request waits for one more than they do. Counting one
+			// wait for all piled a startup burst of new adapters onto
+			// the replica that looked soonest (lora seed 2: 7 new
+			// adapters on one replica in 5 s, first tokens after 11 to
+			// 22 s, and 13 adapters sharing its 4 slots from then on).
+			c.AdapterSec += selF(t.slotWait, 0, step*decodeTok/b*float64(t.releases))
 		}
 		// Progress of the prefills in flight here, this router's and the
 		// other workers' (PeerWork.DoneSec): above they count in full,
@@ -424,33 +440,31 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		// credit is capped at what W counts for their queued work here.
 		// (The call only where a group is known to run: a call in this
 		// loop spills its live registers, see W above.)
-		if hold == 0 {
-			// selF, not min: the builtin on floats is a runtime call on wasm.
-			peerQueued := float64(pw.QueuedN)*h.PrefillFixedSec + float64(pw.QueuedTokens)*h.PrefillSecPerToken
-			w -= selF(pw.DoneSec > peerQueued, pw.DoneSec, peerQueued)
-			w -= done[i]
+		// selF, not min: the builtin on floats is a runtime call on wasm.
+		admitted := hold == 0
+		peerQueued := float64(pw.QueuedN)*h.PrefillFixedSec + float64(pw.QueuedTokens)*h.PrefillSecPerToken
+		w -= selF(admitted, 0, selF(pw.DoneSec > peerQueued, pw.DoneSec, peerQueued))
+		w -= selF(admitted, 0, done[i])
+		// Dispatch reads this: a request sent here now starts at the
+		// next step boundary if nothing foreign is queued ahead, or
+		// when the other workers' groups in progress end if theirs are
+		// the only prefills ahead (shared-prefix, seeds 1-6, two
+		// workers: p99 1.83 s without the second case).
+		start := int64(0)
+		if clear := pw.ClearNanos; clear > 0 && clear != ClearUnknown {
+			start = max(clear, nowNanos)
 		}
-		if g != nil {
-			// Dispatch reads this: a request sent here now starts at the
-			// next step boundary if nothing foreign is queued ahead, or
-			// when the other workers' groups in progress end if theirs are
-			// the only prefills ahead (shared-prefix, seeds 1-6, two
-			// workers: p99 1.83 s without the second case).
-			g.pickNanos, g.startNanos = nowNanos, 0
-			if foreignWaiting == 0 && hold == 0 {
-				switch c := pw.ClearNanos; {
-				case pw.QueuedN == 0:
-					g.startNanos = nowNanos
-				case c > 0 && c != ClearUnknown:
-					g.startNanos = max(c, nowNanos)
-				}
-			}
+		if pw.QueuedN == 0 {
+			start = nowNanos
 		}
-		c.Stale = r.ScrapedNanos == 0 || nowNanos-r.ScrapedNanos > k.staleNanos
-		if c.Stale {
-			d.Stale++
-			w += p.StalePenaltySec
+		if b2u(foreignWaiting != 0)|b2u(!admitted) != 0 {
+			start = 0
 		}
+		g.pickNanos, g.startNanos = nowNanos, start
+		stale := b2u(r.ScrapedNanos == 0) | b2u(nowNanos-r.ScrapedNanos > k.staleNanos)
+		c.Stale = stale != 0
+		d.Stale += int(stale)
+		w += selF(stale != 0, 0, p.StalePenaltySec)
 		c.WaitSec = w
 
 		// The externality: every request that reaches r while this one's
@@ -484,28 +498,20 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 			meanP := h.PrefillFixedSec + h.PrefillSecPerToken*m + h.PrefillSecPerToken2*m*m
 			lam := selF(!(meanP > 0), k.load/meanP, 0) // a zero profile adds no capacity (fleetLoad)
 			ext := lam*c.TotalSec()*(c.AdapterSec+c.PrefillSec) + onReplica*c.AdapterSec
-			if k.terms != nil {
-				// Without an adapter there is no reload: the term is +0.
-				ext += k.terms[i].reloadSec * (1 + onReplica)
-			}
+			// Without an adapter there is no reload: the term is +0.
+			ext += t.reloadSec * (1 + onReplica)
 			c.ExternalSec = p.ExternalityWeight * ext
 		}
 
-		t := c.CostSec()
-		if math.IsNaN(t) {
-			t = math.Inf(1)
-		}
+		cost := c.CostSec()
+		cost = selF(cost != cost, cost, math.Inf(1))
 		d.Eligible++
 		// Comparisons, not min: the builtin on floats is a runtime call
-		// on wasm (NaN and signed-zero rules). t is never NaN; a NaN w
-		// sticks as min would make it, and ±0 compare equal where these
+		// on wasm (NaN and signed-zero rules). cost is never NaN; a NaN
+		// w sticks as min would make it, and ±0 compare equal where these
 		// are used.
-		if t < best {
-			best = t
-		}
-		if w < minWait || w != w {
-			minWait = w
-		}
+		best = selF(cost < best, best, cost)
+		minWait = selF(b2u(w < minWait)|b2u(w != w) != 0, minWait, w)
 	}
 	if d.Eligible == 0 {
 		return
@@ -513,30 +519,30 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 
 	// Tie-break: highest rendezvous weight among replicas within epsilon of
 	// the best. The key is the prefix's home: its first blocks, or the
-	// model and adapter for a prompt shorter than a block.
-	key := outputKey(req.Model, req.Adapter)
-	if len(req.Chain) > 0 {
-		key = req.Chain[min(len(req.Chain), max(p.HomeBlocks, 1))-1]
-	}
-	tolerance := p.TieEpsilonSec
-	ties := 0
-	var bestW uint64
-	d.fillTop(cands)
-	for i := range replicas {
-		c := &cands[i]
-		if c.Index < 0 {
-			continue
+	// model and adapter for a prompt shorter than a block. A single
+	// replica within epsilon (a loaded fleet's usual case) needs neither.
+	limit := best + p.TieEpsilonSec
+	ties, tie := d.fillTop(cands, limit)
+	if ties == 1 {
+		d.Index = tie
+	} else if ties > 1 {
+		key := outputKey(req.Model, req.Adapter)
+		if len(req.Chain) > 0 {
+			key = req.Chain[min(len(req.Chain), max(p.HomeBlocks, 1))-1]
 		}
-		if !(c.CostSec() <= best+tolerance) {
-			continue
-		}
-		ties++
-		ah := replicas[i].AddrHash
-		if ah == 0 {
-			ah = HashString(replicas[i].Addr)
-		}
-		if w := rendezvous(key, ah); d.Index < 0 || w > bestW || (w == bestW && i < d.Index) {
-			bestW, d.Index = w, i
+		var bestW uint64
+		for i := range replicas {
+			c := &cands[i]
+			if c.Index < 0 || !(c.CostSec() <= limit) {
+				continue
+			}
+			ah := replicas[i].AddrHash
+			if ah == 0 {
+				ah = HashString(replicas[i].Addr)
+			}
+			if w := rendezvous(key, ah); d.Index < 0 || w > bestW || (w == bestW && i < d.Index) {
+				bestW, d.Index = w, i
+			}
 		}
 	}
 	if d.Index < 0 {
@@ -828,21 +834,27 @@ func (d *Decision) loadAvoided() bool {
 }
 
 // fillTop sets d.Top to the TopN cheapest of the eligible cands (Index ≥
-// 0), cheapest first, equal costs in replica order. It keeps indices and
-// costs while it selects and copies the Candidates once: inserting whole
+// 0), cheapest first, equal costs in replica order, and returns how many
+// cost at most limit and the last of them. It keeps indices and costs
+// while it selects and copies the Candidates once: inserting whole
 // Candidates moved 64-byte structs about 16 times a decision (TopN times
 // the log of the fleet's size), a memmove call each on wasm.
-func (d *Decision) fillTop(cands []Candidate) {
+func (d *Decision) fillTop(cands []Candidate, limit float64) (ties, tie int) {
 	var topIdx [TopN]int
 	var topCost [TopN]float64
 	n := 0
 	for i := range cands {
+		// One branch for the common case, a replica that is not among
+		// the cheapest so far (see the loop of pick).
 		c := &cands[i]
-		if c.Index < 0 {
-			continue
-		}
 		cost := c.CostSec()
-		if n == TopN && !(cost < topCost[TopN-1]) {
+		eligible := b2u(c.Index >= 0)
+		within := eligible & b2u(cost <= limit)
+		ties += int(within)
+		if within != 0 {
+			tie = i
+		}
+		if eligible&(b2u(n < TopN)|b2u(cost < topCost[TopN-1])) == 0 {
 			continue
 		}
 		pos := n
@@ -859,6 +871,7 @@ func (d *Decision) fillTop(cands []Candidate) {
 	for k, i := range topIdx[:n] {
 		d.Top[k] = cands[i]
 	}
+	return ties, tie
 }
 
 // fleetLoad returns the fleet's recent arrivals per second (this router's
@@ -873,13 +886,15 @@ func fleetLoad(replicas []Replica, l *Ledger, nowNanos int64, promptMean float64
 	if l != nil {
 		total = l.Rate(nowNanos) + l.peerRate
 	}
+	// Hardware.PrefillSeconds of at least one token, written out without
+	// its guard for none.
+	x := float64(max(int(promptMean), 1))
 	for i := range replicas {
 		r := &replicas[i]
-		if r.Healthy && r.Drain == Serving {
-			if sec := r.Hardware.PrefillSeconds(max(int(promptMean), 1)); sec > 0 {
-				capacity += 1 / sec
-			}
-		}
+		h := &r.Hardware
+		sec := h.PrefillFixedSec + h.PrefillSecPerToken*x + h.PrefillSecPerToken2*x*x
+		open := b2u(r.Healthy) & b2u(r.Drain == Serving) & b2u(sec > 0)
+		capacity += selF(open == 0, 1/sec, 0) // no branch: see the loop of pick
 	}
 	if !(capacity > 0) || !(total > 0) {
 		return 0
