@@ -17,9 +17,14 @@ import (
 // Capacity bounds of one root's per-request state, allocated once at
 // configuration so the request path never grows them.
 const (
-	maxInFlight    = 1 << 14 // concurrent requests one worker accounts for
-	maxChainBytes  = 1 << 20 // prompt characters hashed into the chain
-	outboxEntries  = 256     // dispatches between two prefix-index merges
+	maxInFlight   = 1 << 14 // concurrent requests one worker accounts for
+	maxChainBytes = 1 << 20 // prompt characters hashed into the chain
+	outboxEntries = 256     // dispatches between two prefix-index merges
+	// shareSeenSlots sizes the set that drops the placements a merge
+	// appended already (fleet.Seen): it holds 2,048, the checkpoints of
+	// 62 dispatches of distinct 32 KB prompts or of many more that share
+	// prefixes; past that the rest of the outbox is appended whole.
+	shareSeenSlots = 4096
 	maxFreeStreams = 1024
 	// indexStride checkpoints every 16th block: k resolves to 256 tokens
 	// at 64-char blocks (~40 ms of H100 prefill), and one checkpoint stands
@@ -80,12 +85,15 @@ type root struct {
 	// (fleet.PrefixShare) the local index holds: the base of generation
 	// shareGen and its tail up to byte shareEnd; an idle worker skips a
 	// value it already found unreadable (shareBadCAS) instead of logging
-	// it every tick. shareAppend appends an outbox entry to scratch;
-	// shareScratch receives a tail entry's checkpoints.
+	// it every tick. shareAppend appends an outbox entry to scratch,
+	// without the placements shareSeen holds (one merge's), through
+	// shareFresh; shareScratch receives a tail entry's checkpoints.
 	shareGen     uint64
 	shareEnd     int
 	shareBadCAS  uint32 // CAS of the last value found unreadable (0: none)
 	shareAppend  func(replica int, checkpoints []uint64)
+	shareSeen    *fleet.Seen
+	shareFresh   []uint64
 	shareScratch []uint64
 	board        fleet.Board
 	workKeys     []string // the work-record keys of the workers in workKeysOf
@@ -258,8 +266,11 @@ func (r *root) setup(cfg *config.Config) error {
 	r.outbox = fleet.NewOutbox(outboxEntries, outboxHashes)
 	r.checkpoints = make([]uint64, 0, outboxHashes)
 	r.shareScratch = make([]uint64, outboxHashes)
+	r.shareSeen = fleet.NewSeen(shareSeenSlots)
+	r.shareFresh = make([]uint64, 0, outboxHashes)
 	r.shareAppend = func(replica int, checkpoints []uint64) {
-		r.scratch = fleet.AppendPrefixShareEntry(r.scratch, replica, checkpoints)
+		r.shareFresh = r.shareSeen.AppendNew(r.shareFresh[:0], replica, checkpoints)
+		r.scratch = fleet.AppendPrefixShareEntry(r.scratch, replica, r.shareFresh)
 	}
 	r.adapterHeld = make([]int, n)
 	r.adapterRecent = make([]bool, n)
