@@ -190,6 +190,8 @@ func TestPrefixHasherDeferredSeed(t *testing.T) {
 	}{
 		{name: "seed before any text", model: "m", adapter: "", split: 0},
 		{name: "seed mid-block", model: "m", adapter: "fr", split: 100},
+		{name: "three blocks before the seed", model: "m", adapter: "", split: 200},
+		{name: "five blocks before the seed", model: "m", adapter: "fr", split: 330},
 		{name: "seed after all text", model: "m", adapter: "fr", split: len(text)},
 		{name: "base model after all text", model: "llama", adapter: "", split: len(text)},
 	}
