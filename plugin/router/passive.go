@@ -396,7 +396,7 @@ func (s *stream) observeResponse(endOfStream bool) {
 	if err != nil || len(v) != 3 {
 		return
 	}
-	now := time.Now().UnixNano()
+	now := proxy.NowNanos()
 	switch status := int(v[0]-'0')*100 + int(v[1]-'0')*10 + int(v[2]-'0'); {
 	case status >= 200 && status <= 299:
 		i := s.replica

@@ -114,7 +114,7 @@ func (r *root) servePeer(path []byte) types.Action {
 		}
 		return types.ActionPause
 	}
-	now := time.Now().UnixNano()
+	now := proxy.NowNanos()
 	if !r.loadJournal() {
 		// Nothing journaled yet: create the journal, so the answer carries
 		// an epoch by which this gateway recognises itself when its own
@@ -283,7 +283,7 @@ func (r *root) peerAnswered(i, numHeaders, bodySize int) {
 	n0 := r.importBox.Len()
 	x.Each(r.importEntry)
 	r.stats.add(r.stats.peerImported, int64(r.importBox.Len()-n0))
-	now := time.Now().UnixNano()
+	now := proxy.NowNanos()
 	clear(l.work)
 	for j, k := range r.peerMap {
 		if k >= 0 && j < len(x.Work) {

@@ -69,6 +69,12 @@ type root struct {
 	cached   []int
 	scratch  []byte
 	models   map[string]string // interned base model names
+	// lastModel is the last "model" value resolved (resolveModel).
+	lastModel struct {
+		name          []byte
+		base, adapter string
+		ok            bool
+	}
 	// featuresScratch and destScratch are reused per request.
 	featuresScratch scoring.Request
 	destScratch     []byte
@@ -195,7 +201,7 @@ func (r *root) OnPluginStart(int) types.OnPluginStartStatus {
 	r.stats.define(&r.log)
 	r.log.info("configured " + strconv.Itoa(len(cfg.Replicas)) + " replicas, tick " +
 		strconv.FormatUint(uint64(cfg.TickMillis), 10) + " ms")
-	r.tick(time.Now().UnixNano())
+	r.tick(proxy.NowNanos())
 	return types.OnPluginStartStatusOK
 }
 
@@ -282,6 +288,7 @@ func (r *root) setup(cfg *config.Config) error {
 	r.workMoved = make([]int, 0, n)
 	r.scratch = make([]byte, 0, 4096)
 	r.models = make(map[string]string)
+	r.lastModel.name = make([]byte, 0, openai.MaxModelBytes)
 	r.setupPeers()
 	return nil
 }
@@ -319,7 +326,7 @@ func (r *root) OnTick() {
 	if r.cfg == nil {
 		return
 	}
-	r.tick(time.Now().UnixNano())
+	r.tick(proxy.NowNanos())
 }
 
 // NewHttpContext hands out a recycled stream context.
@@ -337,7 +344,7 @@ func (r *root) NewHttpContext(contextID uint32) types.HttpContext {
 	// Before the stream's decision: another worker may have just ejected a
 	// replica (a client's re-send comes through any worker).
 	if r.syncSuspects() {
-		r.presentAll(time.Now().UnixNano())
+		r.presentAll(proxy.NowNanos())
 	}
 	return s
 }

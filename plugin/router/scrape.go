@@ -2,7 +2,6 @@ package router
 
 import (
 	"strconv"
-	"time"
 
 	"github.com/gpuroute/gpuroute/plugin/fleet"
 	"github.com/gpuroute/gpuroute/plugin/proxy"
@@ -67,7 +66,7 @@ func (r *root) scrapeCallbacks(n int) []func(numHeaders, bodySize, numTrailers i
 // bodies age the replica's figures and count a failure; they never blank
 // the last good state.
 func (r *root) scraped(i, numHeaders, bodySize int) {
-	now := time.Now().UnixNano()
+	now := proxy.NowNanos()
 	current := false
 	if i < len(r.scrapeRoundOf) {
 		current = r.scrapeRoundOf[i] == r.scrapeRound

@@ -237,7 +237,7 @@ func (r *root) readSnapshot() {
 
 // applySnapshot copies the snapshot's figures into the decision's view.
 func (r *root) applySnapshot() {
-	now := time.Now().UnixNano()
+	now := proxy.NowNanos()
 	for i := range r.replicas {
 		s := &r.snap.Replicas[i]
 		rep := &r.replicas[i]

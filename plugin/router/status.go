@@ -71,7 +71,7 @@ func isStatusPath(path []byte, want string) bool {
 // serveStatus answers the opt-in status endpoint locally with the fleet as
 // this worker sees it. It echoes nothing from the request.
 func (r *root) serveStatus() types.Action {
-	now := time.Now().UnixNano()
+	now := proxy.NowNanos()
 	if r.syncSuspects() {
 		r.presentAll(now)
 	}

@@ -2,7 +2,6 @@ package router
 
 import (
 	"math/bits"
-	"time"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
@@ -119,7 +118,7 @@ func (s *stream) OnHttpRequestTrailers(int) types.Action {
 func (s *stream) route(body []byte, truncated bool) types.Action {
 	r := s.root
 	s.decided = true
-	now := time.Now().UnixNano()
+	now := proxy.NowNanos()
 	req := r.features(s, body, truncated)
 	for i := range r.cached {
 		r.cached[i] = 0
@@ -248,7 +247,7 @@ func (s *stream) OnHttpResponseBody(bodySize int, endOfStream bool) types.Action
 	}
 	if !s.firstByte && bodySize > 0 {
 		s.firstByte = true
-		now := time.Now().UnixNano()
+		now := proxy.NowNanos()
 		ttft := float64(now-s.dispatchedNanos) / 1e9
 		i := s.replica
 		if s.calibrate {
@@ -306,13 +305,13 @@ func (s *stream) release() {
 			r.ledger.Done(s.flight, tokens)
 		} else {
 			if s.answeredBy >= 0 && !s.forced {
-				r.passiveInterrupted(s.answeredBy, time.Now().UnixNano())
+				r.passiveInterrupted(s.answeredBy, proxy.NowNanos())
 			}
 			r.ledger.Cancel(s.flight)
 		}
 		r.stats.add(r.stats.inFlight, -1)
 		s.flight = 0
-		r.publishWorkOn(s.replica, time.Now().UnixNano())
+		r.publishWorkOn(s.replica, proxy.NowNanos())
 	}
 	if live := &r.vm.live; s.liveAt >= 0 && s.liveAt < len(*live) {
 		last := len(*live) - 1
@@ -417,8 +416,22 @@ const maxInterned = 256
 
 // resolveModel maps the request's "model" to the base model and adapter,
 // as strings the decision can keep, without allocating for a name seen
-// before (a map index with string(b) does not allocate).
+// before (a map index with string(b) does not allocate). The last name
+// resolved is compared first, a word at a time: most requests name the
+// model the one before did, and under wazero the two map lookups hashed
+// the name and compared it byte by byte.
 func (r *root) resolveModel(model []byte) (base, adapter string) {
+	last := &r.lastModel
+	if last.ok && scoring.SameBytes(model, last.name) {
+		return last.base, last.adapter
+	}
+	base, adapter = r.lookupModel(model)
+	last.name = append(last.name[:0], model...)
+	last.base, last.adapter, last.ok = base, adapter, true
+	return base, adapter
+}
+
+func (r *root) lookupModel(model []byte) (base, adapter string) {
 	if a, ok := r.cfg.LookupAdapter(model); ok {
 		return a.Base, a.Name
 	}
