@@ -111,3 +111,31 @@ func BenchmarkDecision64(b *testing.B) {
 		i++
 	}
 }
+
+// TestResolveModel: the last model resolved, compared first, answers as
+// the lookups would, whatever the order of names.
+func TestResolveModel(t *testing.T) {
+	cfg, err := config.Parse([]byte(`{"replicas":[{"name":"a","address":"10.0.0.1:8000"}],` +
+		`"adapters":{"sql-lora":"meta-llama/Llama-3.1-8B-Instruct"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &root{id: 1, vm: &vm{}}
+	if err := r.setup(cfg); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ model, base, adapter string }{
+		{"sql-lora", "meta-llama/Llama-3.1-8B-Instruct", "sql-lora"},
+		{"sql-lora", "meta-llama/Llama-3.1-8B-Instruct", "sql-lora"},
+		{"meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-8B-Instruct", ""},
+		{"sql-lorb", "sql-lorb", ""}, // the same length as the adapter's name
+		{"sql-lora", "meta-llama/Llama-3.1-8B-Instruct", "sql-lora"},
+		{"", "", ""},
+		{"sql-lora", "meta-llama/Llama-3.1-8B-Instruct", "sql-lora"},
+	}
+	for i, tt := range tests {
+		if base, adapter := r.resolveModel([]byte(tt.model)); base != tt.base || adapter != tt.adapter {
+			t.Fatalf("request %d: resolveModel(%q) = %q, %q; want %q, %q", i, tt.model, base, adapter, tt.base, tt.adapter)
+		}
+	}
+}
