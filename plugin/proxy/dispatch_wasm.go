@@ -49,7 +49,7 @@ type callout struct {
 
 var (
 	roots    = map[uint32]*rootState{}
-	streams  = map[uint32]streamState{}
+	streams  idTable[streamState]
 	callouts = map[calloutKey]callout{}
 
 	// active is the context whose callback is running (0 outside callbacks);
@@ -84,7 +84,7 @@ func rootOf(ctx uint32) uint32 {
 	if _, ok := roots[ctx]; ok {
 		return ctx
 	}
-	if s, ok := streams[ctx]; ok {
+	if s, ok := streams.get(ctx); ok {
 		return s.root
 	}
 	return 0

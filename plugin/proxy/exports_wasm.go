@@ -117,7 +117,7 @@ func proxyOnContextCreate(contextID, parentID uint32) {
 		return
 	}
 	if h := root.plugin.NewHttpContext(contextID); h != nil {
-		streams[contextID] = streamState{http: h, root: parentID}
+		streams.put(contextID, streamState{http: h, root: parentID})
 	}
 }
 
@@ -161,7 +161,7 @@ func proxyOnHttpCallResponse(rootID, callID, numHeaders, bodySize, numTrailers u
 	}
 	delete(callouts, key)
 	if c.caller != rootID && c.caller != 0 {
-		if _, alive := streams[c.caller]; !alive {
+		if _, alive := streams.get(c.caller); !alive {
 			return
 		}
 		_ = SetEffectiveContext(c.caller)
@@ -198,7 +198,7 @@ func proxyOnRequestHeaders(contextID, numHeaders uint32, endOfStream bool) (acti
 		}
 		leave(prev)
 	}()
-	if s, ok := streams[contextID]; ok {
+	if s, ok := streams.get(contextID); ok {
 		return uint32(s.http.OnHttpRequestHeaders(int(numHeaders), endOfStream))
 	}
 	return actionContinue
@@ -216,7 +216,7 @@ func proxyOnRequestBody(contextID, bodySize uint32, endOfStream bool) (action ui
 		}
 		leave(prev)
 	}()
-	if s, ok := streams[contextID]; ok {
+	if s, ok := streams.get(contextID); ok {
 		return uint32(s.http.OnHttpRequestBody(int(bodySize), endOfStream))
 	}
 	return actionContinue
@@ -234,7 +234,7 @@ func proxyOnRequestTrailers(contextID, numTrailers uint32) (action uint32) {
 		}
 		leave(prev)
 	}()
-	if s, ok := streams[contextID]; ok {
+	if s, ok := streams.get(contextID); ok {
 		return uint32(s.http.OnHttpRequestTrailers(int(numTrailers)))
 	}
 	return actionContinue
@@ -252,7 +252,7 @@ func proxyOnResponseHeaders(contextID, numHeaders uint32, endOfStream bool) (act
 		}
 		leave(prev)
 	}()
-	if s, ok := streams[contextID]; ok {
+	if s, ok := streams.get(contextID); ok {
 		return uint32(s.http.OnHttpResponseHeaders(int(numHeaders), endOfStream))
 	}
 	return actionContinue
@@ -270,7 +270,7 @@ func proxyOnResponseBody(contextID, bodySize uint32, endOfStream bool) (action u
 		}
 		leave(prev)
 	}()
-	if s, ok := streams[contextID]; ok {
+	if s, ok := streams.get(contextID); ok {
 		return uint32(s.http.OnHttpResponseBody(int(bodySize), endOfStream))
 	}
 	return actionContinue
@@ -288,7 +288,7 @@ func proxyOnResponseTrailers(contextID, numTrailers uint32) (action uint32) {
 		}
 		leave(prev)
 	}()
-	if s, ok := streams[contextID]; ok {
+	if s, ok := streams.get(contextID); ok {
 		return uint32(s.http.OnHttpResponseTrailers(int(numTrailers)))
 	}
 	return actionContinue
@@ -325,7 +325,7 @@ func proxyOnLog(contextID uint32) {
 		}
 		leave(prev)
 	}()
-	if s, ok := streams[contextID]; ok {
+	if s, ok := streams.get(contextID); ok {
 		s.http.OnHttpStreamDone()
 	}
 }
@@ -341,8 +341,8 @@ func proxyOnDelete(contextID uint32) {
 		}
 		leave(prev)
 	}()
-	if _, ok := streams[contextID]; ok {
-		delete(streams, contextID)
+	if _, ok := streams.get(contextID); ok {
+		streams.del(contextID)
 		return
 	}
 	if _, ok := roots[contextID]; ok {
