@@ -1142,23 +1142,6 @@ func (l *Ledger) SyncSnapshots(replicas []Replica) {
 	}
 }
 
-// prepare readies the ledger for pricing replicas at nowNanos: it recounts
-// the work of the replicas whose snapshot moved (SyncSnapshots) and sets
-// done[i] to the prefill done by then of the group running on replica i (0
-// when none), for Pick's loop. A nil ledger has done nothing anywhere.
-func (l *Ledger) prepare(replicas []Replica, nowNanos int64, done []float64) {
-	clear(done)
-	if l == nil {
-		return
-	}
-	l.SyncSnapshots(replicas)
-	for i := range min(len(replicas), len(l.reps), len(done)) {
-		if g := &l.reps[i].prefillGroups; g.runStartNanos > 0 {
-			done[i] = g.doneSec(&replicas[i].Hardware, nowNanos)
-		}
-	}
-}
-
 // sync recomputes replica's unseen work against a new snapshot time: the
 // requests dispatched before the scrape are now in the reported counts.
 // Once per scrape per replica; O(in-flight).

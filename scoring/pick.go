@@ -205,9 +205,19 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 	}
 	staleNanos := int64(p.StaleAfter)
 	chunk := float64(max(p.PrefillChunkTokens, 1))
+	// The loop below calls nothing: on wasm a call in it made Go spill
+	// the values live across the call in every iteration, taken or not
+	// (the snapshot recount, a group's progress and the top list were
+	// calls there). Their inputs do not depend on the loop, so they come
+	// before it and the top list after.
+	if cap(d.done) < len(replicas) {
+		d.done = make([]float64, len(replicas))
+	}
+	done := d.done[:len(replicas)]
+	capacity := prepass(replicas, l, nowNanos, promptMean, done)
 	load := 0.0
 	if p.ExternalityWeight > 0 {
-		load = fleetLoad(replicas, l, nowNanos, promptMean)
+		load = fleetLoad(l, nowNanos, capacity)
 	}
 
 	ownBest, stream := 0.0, 1.0
@@ -236,16 +246,6 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		k.terms = d.plain[:len(replicas)]
 	}
 
-	// The loop below calls nothing: on wasm a call in it made Go spill
-	// the values live across the call in every iteration, taken or not
-	// (the snapshot recount, a group's progress and the top list were
-	// calls there). Their inputs do not depend on the loop, so they come
-	// before it and the top list after.
-	if cap(d.done) < len(replicas) {
-		d.done = make([]float64, len(replicas))
-	}
-	done := d.done[:len(replicas)]
-	l.prepare(replicas, nowNanos, done)
 	if len(cachedTokens) < len(replicas) {
 		d.cached = append(d.cached[:0], cachedTokens...)
 		for len(d.cached) < len(replicas) {
@@ -876,15 +876,33 @@ func (d *Decision) fillTop(cands []Candidate, limit float64) (ties, tie int) {
 
 // fleetLoad returns the fleet's recent arrivals per second (this router's
 // dispatches plus the other routers', Ledger.SetPeerRate) over the open
-// replicas' prefill capacity, each replica's 1/P_r of a prompt of promptMean uncached tokens:
-// the fleet's prefill utilization. A replica's share of the arrivals in
-// proportion to its capacity is then fleetLoad/P_r. Replicas whose profile
-// prices a prefill at nothing add no capacity (a zero profile would make
-// the fleet look infinitely fast).
-func fleetLoad(replicas []Replica, l *Ledger, nowNanos int64, promptMean float64) float64 {
-	total, capacity := 0.0, 0.0
+// replicas' prefill capacity (prepass: each replica's 1/P_r of a prompt of
+// the mean uncached length): the fleet's prefill utilization. A replica's
+// share of the arrivals in proportion to its capacity is then
+// fleetLoad/P_r. Replicas whose profile prices a prefill at nothing add no
+// capacity (a zero profile would make the fleet look infinitely fast).
+func fleetLoad(l *Ledger, nowNanos int64, capacity float64) float64 {
+	total := 0.0
 	if l != nil {
 		total = l.Rate(nowNanos) + l.peerRate
+	}
+	if !(capacity > 0) || !(total > 0) {
+		return 0
+	}
+	return total / capacity
+}
+
+// prepass readies pick's loop in one pass over the replicas: the ledger
+// recounts the work of the replicas whose snapshot moved
+// (Ledger.SyncSnapshots), done[i] is the prefill done by nowNanos of the
+// group running on replica i (0 when none), and it returns the open
+// replicas' prefill capacity for fleetLoad: the sum of 1/P_r of a prompt
+// of promptMean tokens over the replicas whose profile prices one.
+func prepass(replicas []Replica, l *Ledger, nowNanos int64, promptMean float64, done []float64) (capacity float64) {
+	var reps []repAcc
+	if l != nil {
+		l.SyncSnapshots(replicas)
+		reps = l.reps
 	}
 	// Hardware.PrefillSeconds of at least one token, written out without
 	// its guard for none.
@@ -895,11 +913,12 @@ func fleetLoad(replicas []Replica, l *Ledger, nowNanos int64, promptMean float64
 		sec := h.PrefillFixedSec + h.PrefillSecPerToken*x + h.PrefillSecPerToken2*x*x
 		open := b2u(r.Healthy) & b2u(r.Drain == Serving) & b2u(sec > 0)
 		capacity += selF(open == 0, 1/sec, 0) // no branch: see the loop of pick
+		done[i] = 0
+		if i < len(reps) && reps[i].runStartNanos > 0 {
+			done[i] = reps[i].doneSec(h, nowNanos)
+		}
 	}
-	if !(capacity > 0) || !(total > 0) {
-		return 0
-	}
-	return total / capacity
+	return capacity
 }
 
 // adapterCost returns A(r, a), whether r can serve adapter at all, and how
