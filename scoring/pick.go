@@ -438,9 +438,9 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		// prefills count in full: they wait for it. The other workers
 		// price their windows with their own calibration of r, so their
 		// credit is capped at what W counts for their queued work here.
-		// (The call only where a group is known to run: a call in this
-		// loop spills its live registers, see W above.)
-		// selF, not min: the builtin on floats is a runtime call on wasm.
+		// (This router's groups' progress comes from prepass: a call in
+		// this loop spills its live registers, see W above. selF, not
+		// min: the builtin on floats is a runtime call on wasm.)
 		admitted := hold == 0
 		peerQueued := float64(pw.QueuedN)*h.PrefillFixedSec + float64(pw.QueuedTokens)*h.PrefillSecPerToken
 		w -= selF(admitted, 0, selF(pw.DoneSec > peerQueued, pw.DoneSec, peerQueued))
@@ -451,8 +451,8 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		// the only prefills ahead (shared-prefix, seeds 1-6, two
 		// workers: p99 1.83 s without the second case).
 		start := int64(0)
-		if clear := pw.ClearNanos; clear > 0 && clear != ClearUnknown {
-			start = max(clear, nowNanos)
+		if clearAt := pw.ClearNanos; b2u(clearAt > 0)&b2u(clearAt != ClearUnknown) != 0 {
+			start = max(clearAt, nowNanos)
 		}
 		if pw.QueuedN == 0 {
 			start = nowNanos
