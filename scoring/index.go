@@ -217,7 +217,9 @@ func (x *PrefixIndex) find(h uint32, rep uint16) int {
 		if e.rep == 0 {
 			return -1
 		}
-		if e.rep == rep && e.hash == h {
+		// One test, not &&: each short-circuit is a jump through the
+		// block dispatch on wasm (see the loop of pick).
+		if b2u(e.rep == rep)&b2u(e.hash == h) != 0 {
 			return int(i)
 		}
 		i = (i + 1) & x.mask
