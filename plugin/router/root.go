@@ -246,8 +246,8 @@ func (r *root) setup(cfg *config.Config) error {
 		if c.MetricsCluster != "" {
 			// One parser per engine and metric names, not per replica: a
 			// parser keeps nothing from one page to the next, and one each
-			// made the leader's scrape of a large fleet walk a kilobyte of
-			// tables per replica, evicting what the next request needs.
+			// held a kilobyte of tables per replica (64 KiB for 64) for the
+			// leader's scrape to walk.
 			key := parserKey{c.Engine, c.MetricNames}
 			p := parsers[key]
 			if p == nil {
