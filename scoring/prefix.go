@@ -121,9 +121,9 @@ func (h *PrefixHasher) SetSeed(model, adapter string) {
 	h.seeded = true
 	c, s := h.chain, h.seed
 	// Four a step: on wasm each step of a loop is a jump through the
-	// function's block dispatch, a third of a step's cost here (a 32 KB
-	// prompt's 512 blocks: 499 loop steps of the 2,000 a router
-	// benchmark's body took, counted with binaryen's --log-execution).
+	// function's block dispatch, and a 32 KB prompt's 512 blocks were 499
+	// of the ~2,000 loop steps of the router benchmark's body (counted
+	// with binaryen's --log-execution).
 	for len(c) >= 4 {
 		q := c[:4:4]
 		q[0], q[1], q[2], q[3] = fmix(q[0]^s), fmix(q[1]^s), fmix(q[2]^s), fmix(q[3]^s)
