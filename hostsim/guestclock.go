@@ -14,9 +14,10 @@ import (
 // request of plugin/router's benchmark calls 34 host functions (header and
 // body reads, shared data, stats, WASI clocks) and the host asks for 10
 // allocations; with time.Now (44 ns here, wall and monotonic) and nothing
-// taken back, about 1.5 µs of each request's guest time was hostsim's. The
-// guest clock reads only the monotonic clock, and the cost of one read,
-// measured when the package loads, is charged to the host.
+// taken back, that was about 1.5 µs of each request's guest time (the same
+// module's replay p50 went from 47.8 to 46.6 µs with this clock, one run
+// each). The guest clock reads only the monotonic clock, and the cost of
+// one read, measured when the package loads, is charged to the host.
 
 // nanotime is the runtime's monotonic clock (the one time.Since reads),
 // without time.Now's wall-clock read.
