@@ -60,17 +60,24 @@ func (f *testFleet) status(w int) statusDoc {
 }
 
 type statusDoc struct {
-	Leader   bool   `json:"leader"`
-	Scraping string `json:"scraping"`
-	Replicas []struct {
-		Name             string `json:"name"`
-		Healthy          bool   `json:"healthy"`
-		Stale            bool   `json:"stale"`
-		ScrapeAgeMs      *int64 `json:"scrape_age_ms"`
-		PassiveFailures  int    `json:"passive_failures"`
-		PassiveEjections int    `json:"passive_ejections"`
-		EjectedForMs     *int64 `json:"ejected_for_ms"`
-	} `json:"replicas"`
+	Leader   bool            `json:"leader"`
+	Scraping string          `json:"scraping"`
+	Replicas []statusReplica `json:"replicas"`
+}
+
+// statusReplica is one replica of a statusDoc.
+type statusReplica struct {
+	Name             string  `json:"name"`
+	Healthy          bool    `json:"healthy"`
+	Stale            bool    `json:"stale"`
+	ScrapeAgeMs      *int64  `json:"scrape_age_ms"`
+	PassiveFailures  int     `json:"passive_failures"`
+	PassiveEjections int     `json:"passive_ejections"`
+	EjectedForMs     *int64  `json:"ejected_for_ms"`
+	Waiting          int     `json:"waiting"`
+	Running          int     `json:"running"`
+	KVUsage          float64 `json:"kv_usage"`
+	ScrapeFailures   int     `json:"scrape_failures"`
 }
 
 const (

@@ -2,7 +2,6 @@ package router
 
 import (
 	"context"
-	"encoding/json"
 	"strconv"
 	"strings"
 	"testing"
@@ -28,42 +27,6 @@ func trtllmPage(prefix string, waiting, running int, kv float64) hostsim.Cluster
 // Dynamo's prefix.
 const dynamoNames = `"metric_names":{"waiting":"trtllm:num_requests_waiting",` +
 	`"running":"trtllm:num_requests_running","kv_usage":"trtllm:kv_cache_utilization"}`
-
-// loadDoc is the part of the status document this test reads.
-type loadDoc struct {
-	Replicas []struct {
-		Name           string  `json:"name"`
-		Healthy        bool    `json:"healthy"`
-		Waiting        int     `json:"waiting"`
-		Running        int     `json:"running"`
-		KVUsage        float64 `json:"kv_usage"`
-		ScrapeFailures int     `json:"scrape_failures"`
-	} `json:"replicas"`
-}
-
-func (f *testFleet) loads(w int) loadDoc {
-	f.t.Helper()
-	s, err := f.vms[w].Root(testRootID).NewStream()
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	if _, err := s.RequestHeaders([][2]string{{":method", "GET"}, {":path", "/status"}, {":authority", "gw"}}, true); err != nil {
-		f.t.Fatal(err)
-	}
-	lr := s.LocalReply()
-	_ = s.Done()
-	if lr == nil {
-		f.t.Fatal("status endpoint did not answer")
-	}
-	var doc loadDoc
-	if err := json.Unmarshal(lr.Body, &doc); err != nil {
-		f.t.Fatalf("status body %q: %v", lr.Body, err)
-	}
-	if len(doc.Replicas) != 3 {
-		f.t.Fatalf("status lists %d replicas, want 3", len(doc.Replicas))
-	}
-	return doc
-}
 
 // TestMetricNamesOverride: three trtllm-serve replicas, of which r0 sits
 // behind Dynamo and serves its gauges as trtllm:*. Without metric_names its
@@ -109,7 +72,7 @@ func TestMetricNamesOverride(t *testing.T) {
 	f.configure(config(""))
 	f.advance(time.Second)
 	for w := range f.vms {
-		st := f.loads(w).Replicas
+		st := f.replicas3(w)
 		if st[0].Healthy || st[0].ScrapeFailures < 3 || st[0].Waiting != 0 {
 			t.Errorf("worker %d without metric_names: r0 healthy %v, %d scrape failures, waiting %d; want unhealthy, ≥ 3 failures, nothing read",
 				w, st[0].Healthy, st[0].ScrapeFailures, st[0].Waiting)
@@ -134,7 +97,7 @@ func TestMetricNamesOverride(t *testing.T) {
 	f.advance(time.Second)
 	failures := f.metric(statScrapeFailures)
 	for w := range f.vms {
-		st := f.loads(w).Replicas
+		st := f.replicas3(w)
 		if !st[0].Healthy || st[0].Waiting != 1 || st[0].Running != 2 || st[0].KVUsage != 0.1 {
 			t.Errorf("worker %d with metric_names: r0 healthy %v waiting %d running %d kv %v, want healthy 1/2/0.1",
 				w, st[0].Healthy, st[0].Waiting, st[0].Running, st[0].KVUsage)
@@ -173,4 +136,14 @@ func TestMetricNamesOverride(t *testing.T) {
 	if dst := f.route(0, "after the bad reconfigure"); dst != "10.0.0.1:8000" {
 		t.Errorf("after a refused reconfigure the request went to %s, want 10.0.0.1:8000 (overrides kept)", dst)
 	}
+}
+
+// replicas3 reads worker w's status endpoint, which lists three replicas.
+func (f *testFleet) replicas3(w int) []statusReplica {
+	f.t.Helper()
+	st := f.status(w).Replicas
+	if len(st) != 3 {
+		f.t.Fatalf("status lists %d replicas, want 3", len(st))
+	}
+	return st
 }
