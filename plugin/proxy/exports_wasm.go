@@ -341,8 +341,7 @@ func proxyOnDelete(contextID uint32) {
 		}
 		leave(prev)
 	}()
-	if _, ok := streams.get(contextID); ok {
-		streams.del(contextID)
+	if streams.del(contextID) {
 		return
 	}
 	if _, ok := roots[contextID]; ok {

@@ -60,15 +60,16 @@ func (t *idTable[V]) put(id uint32, v V) {
 	t.vals[i] = v
 }
 
-// del removes id, moving back the entries after it in its run that would
-// otherwise be cut off from their home slot.
-func (t *idTable[V]) del(id uint32) {
+// del removes id and reports whether it was present, moving back the
+// entries after it in its run that would otherwise be cut off from their
+// home slot.
+func (t *idTable[V]) del(id uint32) bool {
 	if t.n == 0 || id == 0 {
-		return
+		return false
 	}
 	hole, ok := t.slot(id)
 	if !ok {
-		return
+		return false
 	}
 	mask := len(t.keys) - 1
 	for j := (hole + 1) & mask; t.keys[j] != 0; j = (j + 1) & mask {
@@ -82,6 +83,7 @@ func (t *idTable[V]) del(id uint32) {
 	var zero V
 	t.keys[hole], t.vals[hole] = 0, zero
 	t.n--
+	return true
 }
 
 // grow doubles the slots (16 at first) and reinserts every entry.

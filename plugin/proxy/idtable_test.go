@@ -31,7 +31,10 @@ func TestIDTableMatchesMap(t *testing.T) {
 						want[id] = step
 					}
 				case 1:
-					tab.del(id)
+					_, present := want[id]
+					if got := tab.del(id); got != present {
+						t.Fatalf("step %d: del(%d) = %v, want %v", step, id, got, present)
+					}
 					delete(want, id)
 				}
 				got, ok := tab.get(id)
@@ -58,7 +61,9 @@ func TestIDTableZeroID(t *testing.T) {
 	if v, ok := tab.get(0); ok || tab.n != 0 {
 		t.Errorf("get(0) after put(0) = %q, %v with %d entries; want absent, 0", v, ok, tab.n)
 	}
-	tab.del(7) // empty: nothing to do
+	if tab.del(7) { // empty: nothing to do
+		t.Errorf("del(7) on an empty table = true, want false")
+	}
 	if _, ok := tab.get(7); ok {
 		t.Errorf("get(7) on an empty table = present")
 	}
