@@ -1,6 +1,7 @@
 package router
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"os"
@@ -38,7 +39,9 @@ const (
 	benchWorkers  = 2  // worker VMs of one Envoy (unless said); requests alternate
 	benchWindow   = 16 // requests in flight: one completes 16 starts after it began
 	benchWarmup   = 3000
-	// benchTickEvery requests pass per 100 ms tick (1000 requests/s per Envoy).
+	// benchTickEvery requests pass per 100 ms tick (1000 requests/s per
+	// Envoy): ten times the default tick's rate, so that a run of 20,000
+	// requests sees 200 ticks.
 	benchTickEvery = 100
 	benchSystems   = 6 // distinct system prompts
 	benchBodyBytes = 32 << 10
@@ -120,11 +123,15 @@ func benchMetrics(i int) []byte {
 		"vllm:prompt_tokens_total{model_name=\"" + benchModel + "\"} " + strconv.Itoa(1000000+i) + "\n")
 }
 
-// benchConfig is a 64-replica configuration over three hardware profiles.
-func benchConfig() string {
+// benchConfig is a 64-replica configuration over three hardware profiles
+// with the benchmarks' 100 ms tick.
+func benchConfig() string { return benchConfigTick(benchTickEvery) }
+
+// benchConfigTick is benchConfig with a tick every tickMillis.
+func benchConfigTick(tickMillis int) string {
 	hw := []string{"h100", "a100", "l40s", "h100"}
 	var b strings.Builder
-	b.WriteString(`{"tick_ms":100,"replicas":[`)
+	b.WriteString(`{"tick_ms":` + strconv.Itoa(tickMillis) + `,"replicas":[`)
 	for i := range benchReplicas {
 		if i > 0 {
 			b.WriteByte(',')
@@ -141,13 +148,15 @@ func benchConfig() string {
 type benchFleet struct {
 	b       testing.TB
 	workers int // a divisor of benchWindow
-	h       *hostsim.Host
-	vms     []*hostsim.VM
-	roots   []*hostsim.Root
-	bodies  [][]byte
-	open    []*hostsim.Stream // ring of the benchWindow requests in flight
-	openDur []time.Duration   // time already spent on each of them
-	openCPU []time.Duration   // thread CPU time already spent on each
+	// tickEvery requests pass per tick, of as many milliseconds.
+	tickEvery int
+	h         *hostsim.Host
+	vms       []*hostsim.VM
+	roots     []*hostsim.Root
+	bodies    [][]byte
+	open      []*hostsim.Stream // ring of the benchWindow requests in flight
+	openDur   []time.Duration   // time already spent on each of them
+	openCPU   []time.Duration   // thread CPU time already spent on each
 	// With hostsim.Options.TimeGuest: the guest time already spent on
 	// each request in flight, and every finished request's.
 	openGuest []time.Duration
@@ -183,10 +192,13 @@ func newBenchFleet(b testing.TB, opts hostsim.Options) *benchFleet {
 
 // benchShape is an Envoy's VMs of the module: workers worker VMs (a
 // divisor of benchWindow), and with scraper one more configured with
-// "role":"scraper", the bootstrap service on Envoy's main thread.
+// "role":"scraper", the bootstrap service on Envoy's main thread; a tick
+// every tickEvery requests (1000 requests/s: tick_ms is tickEvery; 0
+// means benchTickEvery).
 type benchShape struct {
-	workers int
-	scraper bool
+	workers   int
+	scraper   bool
+	tickEvery int
 }
 
 // newBenchFleetOf is newBenchFleet with the VMs of shape.
@@ -202,6 +214,7 @@ func newBenchFleetOf(b testing.TB, opts hostsim.Options, shape benchShape) *benc
 // newBenchFleetFrom is newBenchFleetOf with the module wasm.
 func newBenchFleetFrom(b testing.TB, opts hostsim.Options, shape benchShape, wasm []byte) *benchFleet {
 	workers := shape.workers
+	tickEvery := cmp.Or(shape.tickEvery, benchTickEvery)
 	ctx := context.Background()
 	b.Helper()
 	opts.Start = start
@@ -218,10 +231,10 @@ func newBenchFleetFrom(b testing.TB, opts hostsim.Options, shape benchShape, was
 			return hostsim.CallReply{Body: body, Latency: 3 * time.Millisecond}
 		}))
 	}
-	f := &benchFleet{b: b, workers: workers, h: h, bodies: benchBodies(4096),
+	f := &benchFleet{b: b, workers: workers, tickEvery: tickEvery, h: h, bodies: benchBodies(4096),
 		open: make([]*hostsim.Stream, benchWindow), openDur: make([]time.Duration, benchWindow),
 		openCPU: make([]time.Duration, benchWindow), openGuest: make([]time.Duration, benchWindow)}
-	cfg := []byte(benchConfig())
+	cfg := []byte(benchConfigTick(tickEvery))
 	for range workers {
 		vm, err := h.NewVM(ctx, mod, testVMID, nil)
 		if err != nil {
@@ -256,7 +269,7 @@ func (f *benchFleet) advance() {
 	}
 	f.tickGuest0 = g0
 	t0 := time.Now()
-	if err := f.h.Advance(100 * time.Millisecond); err != nil {
+	if err := f.h.Advance(time.Duration(f.tickEvery) * time.Millisecond); err != nil {
 		f.b.Fatalf("Advance = %v", err)
 	}
 	f.ticks = append(f.ticks, time.Since(t0))
@@ -272,7 +285,7 @@ func (f *benchFleet) advance() {
 // times (0 while the window fills). Ticks run between requests and are
 // timed apart.
 func (f *benchFleet) step() (wall, cpu time.Duration) {
-	if f.n > 0 && f.n%benchTickEvery == 0 {
+	if f.n > 0 && f.n%f.tickEvery == 0 {
 		f.advance()
 	}
 	slot := f.n % benchWindow
@@ -284,7 +297,7 @@ func (f *benchFleet) step() (wall, cpu time.Duration) {
 		wall = f.openDur[slot] + f.finish(s)
 		cpu = f.openCPU[slot] + threadCPU() - c0
 		f.guest = append(f.guest, f.openGuest[slot]+vm.GuestTime()-g0)
-		f.guestPos = append(f.guestPos, tickPos(f.n))
+		f.guestPos = append(f.guestPos, f.tickPos(f.n))
 	}
 	g0 := vm.GuestTime()
 	c0 := threadCPU()
@@ -303,7 +316,7 @@ func (f *benchFleet) step() (wall, cpu time.Duration) {
 	t2 := time.Now()
 	f.openCPU[slot] = threadCPU() - c0
 	f.openGuest[slot] = vm.GuestTime() - g0
-	if f.n%benchTickEvery == 0 {
+	if f.n%f.tickEvery == 0 {
 		f.openAfterTick = append(f.openAfterTick, f.openGuest[slot])
 	} else {
 		f.openOthers = append(f.openOthers, f.openGuest[slot])
@@ -328,11 +341,11 @@ const (
 )
 
 // tickPos returns where the request finished at step n stood.
-func tickPos(n int) uint8 {
+func (f *benchFleet) tickPos(n int) uint8 {
 	switch {
-	case n%benchTickEvery == 0:
+	case n%f.tickEvery == 0:
 		return responseAfterTick
-	case (n-benchWindow)%benchTickEvery == 0:
+	case (n-benchWindow)%f.tickEvery == 0:
 		return requestAfterTick
 	}
 	return 0
@@ -481,6 +494,13 @@ func BenchmarkRequestPathGuest64W8(b *testing.B) {
 // fastest and the second's slowest; rest-min-p99-µs is the other 98%'s.
 // Run with -benchtime 20000x.
 func BenchmarkRequestPathReplay64(b *testing.B) { benchReplay(b, benchShape{workers: benchWorkers}) }
+
+// BenchmarkRequestPathReplay64Tick1s is BenchmarkRequestPathReplay64 at the
+// default tick_ms, 1000: a tick every 1,000 requests, so the two after-tick
+// groups are 0.1% each and min-p99-µs is the other requests' tail.
+func BenchmarkRequestPathReplay64Tick1s(b *testing.B) {
+	benchReplay(b, benchShape{workers: benchWorkers, tickEvery: 1000})
+}
 
 // BenchmarkRequestPathReplay64Scraper is BenchmarkRequestPathReplay64 with
 // the scraper VM of BenchmarkRequestPathGuest64Scraper.
