@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math"
+	"math/bits"
 	"slices"
 	"strconv"
 	"unicode/utf8"
@@ -92,6 +93,11 @@ type Parser struct {
 	names  Names
 	slots  [2 * numFields]slot
 	nslots int
+	// unlabeled has bit k set when slot k selects no label: a line of its
+	// metric feeds it whatever its labels. The per-line loops visit the
+	// bits of a line's slots, not every slot: a loop iteration is a jump
+	// through the function's block dispatch on wasm (see quoted).
+	unlabeled uint64
 	// byLength[n] has bit k set when slot k's metric name is n bytes
 	// long, and readsCfg / readsLoRA for the info metrics' names.
 	byLength [128]uint64
@@ -136,6 +142,9 @@ func NewParser(e Engine, names Names) (*Parser, error) {
 	}
 	for k := range p.nslots {
 		p.readsName(p.slots[k].metric, 1<<uint(k))
+		if p.slots[k].label == "" {
+			p.unlabeled |= 1 << uint(k)
+		}
 	}
 	p.readsName(p.names.CacheConfigInfo, readsCfg)
 	p.readsName(p.names.LoRAInfo, readsLoRA)
@@ -304,10 +313,26 @@ func quoted(b []byte, i, end int) (sp span, next int, ok bool) {
 	i++
 	start := i
 	esc := false
+	var high uint64 // the bytes seen, ORed: UTF-8 is checked only past ASCII
 	for i < end {
+		// Eight bytes a step to the next quote or backslash: a label
+		// value is a model name or a path, and a loop iteration per byte
+		// is a jump through the function's block dispatch on wasm.
+		for i+8 <= end {
+			x := le.Uint64(b, i)
+			high |= x
+			if m := quoteOrBackslash(x); m != 0 {
+				i += bits.TrailingZeros64(m) >> 3
+				break
+			}
+			i += 8
+		}
+		if i >= end {
+			break
+		}
 		switch b[i] {
 		case '"':
-			if !utf8.Valid(b[start:i]) {
+			if high&msb != 0 && !utf8.Valid(b[start:i]) {
 				return span{}, 0, false
 			}
 			return span{start: int32(start), end: int32(i), esc: esc, ok: true}, i + 1, true
@@ -323,17 +348,31 @@ func quoted(b []byte, i, end int) (sp span, next int, ok bool) {
 			esc = true
 			i += 2
 		default:
+			high |= uint64(b[i])
 			i++
 		}
 	}
 	return span{}, 0, false
 }
 
+const (
+	lsb = 0x0101010101010101
+	msb = 0x8080808080808080
+)
+
+// quoteOrBackslash returns a word whose lowest set bit is the high bit of
+// the first byte lane of x holding '"' or '\\', or 0 when none does (lanes
+// above the first match may be set too: a borrow carries past it).
+func quoteOrBackslash(x uint64) uint64 {
+	q, s := x^(lsb*'"'), x^(lsb*'\\')
+	return ((q-lsb)&^q | (s-lsb)&^s) & msb
+}
+
 // rawEqual reports whether the (possibly escaped) bytes of sp decode to want.
 func rawEqual(b []byte, sp span, want string) bool {
 	raw := b[sp.start:sp.end]
 	if !sp.esc {
-		return string(raw) == want
+		return sameString(raw, want)
 	}
 	j := 0
 	for i := 0; i < len(raw); i++ {
@@ -348,6 +387,27 @@ func rawEqual(b []byte, sp span, want string) bool {
 		j++
 	}
 	return j == len(want)
+}
+
+// sameString reports whether raw holds want's bytes, eight a step: on wasm
+// comparing strings runs the runtime's byte loop (internal/bytealg's
+// equal_wasm.s), and a matched line compares its name and labels with the
+// names read.
+func sameString(raw []byte, want string) bool {
+	n := len(want)
+	if len(raw) != n {
+		return false
+	}
+	if n < 8 {
+		return string(raw) == want
+	}
+	// By words, the last one overlapping what was compared.
+	for i := 0; i < n-8; i += 8 {
+		if le.Uint64(raw, i) != le.StringUint64(want, i) {
+			return false
+		}
+	}
+	return le.Uint64(raw, n-8) == le.StringUint64(want, n-8)
 }
 
 func unescape(c byte) byte {
@@ -438,12 +498,7 @@ func (p *Parser) line(b []byte, start, end int) int {
 		return lineSkip
 	}
 	// selected: slots whose label selector has been seen with the wanted value.
-	var selected uint64
-	for k := 0; k < p.nslots; k++ {
-		if match&(1<<uint(k)) != 0 && p.slots[k].label == "" {
-			selected |= 1 << uint(k)
-		}
-	}
+	selected := match & p.unlabeled
 	var cfgBlocks, cfgBS, run, wait, mx span
 
 	// Label set.
@@ -515,13 +570,10 @@ func (p *Parser) line(b []byte, start, end int) int {
 				return lineBad
 			}
 			i = k
-			if match != 0 {
-				for k := 0; k < p.nslots; k++ {
-					sl := &p.slots[k]
-					if match&(1<<uint(k)) != 0 && sl.label != "" &&
-						rawEqual(b, ln, sl.label) && rawEqual(b, val, sl.value) {
-						selected |= 1 << uint(k)
-					}
+			for m := match &^ p.unlabeled; m != 0; m &= m - 1 {
+				k := bits.TrailingZeros64(m)
+				if sl := &p.slots[k]; rawEqual(b, ln, sl.label) && rawEqual(b, val, sl.value) {
+					selected |= 1 << uint(k)
 				}
 			}
 			if isCfg {
@@ -600,12 +652,9 @@ func (p *Parser) line(b []byte, start, end int) int {
 	// Fold the value in. Non-finite values (NaN, ±Inf) say nothing usable
 	// about load and are skipped rather than poisoning a sum.
 	finite := !math.IsNaN(v) && !math.IsInf(v, 0)
-	if selected != 0 && finite {
-		for k := 0; k < p.nslots; k++ {
-			if selected&(1<<uint(k)) == 0 {
-				continue
-			}
-			sl := &p.slots[k]
+	if finite {
+		for m := selected; m != 0; m &= m - 1 {
+			sl := &p.slots[bits.TrailingZeros64(m)]
 			a := &p.acc[sl.field][b2i(sl.alt)]
 			if a.n == 0 || v > a.max {
 				a.max = v
@@ -652,8 +701,8 @@ func (p *Parser) reads(b []byte, name span) (match uint64, isCfg, isLoRA bool) {
 	if cand == 0 {
 		return 0, false, false
 	}
-	for k := 0; k < p.nslots; k++ {
-		if cand&(1<<uint(k)) != 0 && rawEqual(b, name, p.slots[k].metric) {
+	for m := cand &^ (readsCfg | readsLoRA); m != 0; m &= m - 1 {
+		if k := bits.TrailingZeros64(m); k < p.nslots && rawEqual(b, name, p.slots[k].metric) {
 			match |= 1 << uint(k)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // syntaxCases exercise the exposition-format corners on small vLLM bodies.
@@ -313,6 +314,79 @@ func TestNamesOverride(t *testing.T) {
 			if !s.Has(FieldWaiting) || s.Waiting != 5 {
 				t.Errorf("%s: Parse(%q): waiting = %d (present %v), want 5", tt.name, body, s.Waiting, s.Has(FieldWaiting))
 			}
+		}
+	}
+}
+
+// quotedBytewise is quoted as a byte loop: the reference for its
+// eight-bytes-a-step scan.
+func quotedBytewise(b []byte, i, end int) (sp span, next int, ok bool) {
+	i++
+	start, esc := i, false
+	for i < end {
+		switch b[i] {
+		case '"':
+			if !utf8.Valid(b[start:i]) {
+				return span{}, 0, false
+			}
+			return span{start: int32(start), end: int32(i), esc: esc, ok: true}, i + 1, true
+		case '\\':
+			if i+1 >= end || (b[i+1] != '\\' && b[i+1] != '"' && b[i+1] != 'n') {
+				return span{}, 0, false
+			}
+			esc = true
+			i += 2
+		default:
+			i++
+		}
+	}
+	return span{}, 0, false
+}
+
+// TestQuotedMatchesBytewise runs quoted over strings whose quote, escapes,
+// non-ASCII and invalid UTF-8 bytes fall at every offset of the words it
+// reads, and over ends cut at every length.
+func TestQuotedMatchesBytewise(t *testing.T) {
+	pieces := []string{"a", "model-7b", `\"`, `\\`, `\n`, `\t`, "é", "\xff", "\xe2\x82", "€", `"`, "\x01", "/"}
+	for n := 0; n < 4000; n++ {
+		// A deterministic mix: n's digits in base len(pieces) pick the pieces.
+		body := []byte{'"'}
+		for k := n; ; k /= len(pieces) {
+			body = append(body, pieces[k%len(pieces)]...)
+			if k < len(pieces) {
+				break
+			}
+		}
+		body = append(body, "pad\"} 1"...)
+		for end := 1; end <= len(body); end++ {
+			gotSp, gotNext, gotOK := quoted(body, 0, end)
+			wantSp, wantNext, wantOK := quotedBytewise(body, 0, end)
+			if gotSp != wantSp || gotNext != wantNext || gotOK != wantOK {
+				t.Fatalf("quoted(%q, 0, %d) = %+v, %d, %v, want %+v, %d, %v",
+					body, end, gotSp, gotNext, gotOK, wantSp, wantNext, wantOK)
+			}
+		}
+	}
+}
+
+// TestSameString compares sameString with == on every length up to 24 and
+// a difference at every position.
+func TestSameString(t *testing.T) {
+	const text = "vllm:num_requests_waiting"
+	for n := 0; n <= 24; n++ {
+		want := text[:n]
+		if !sameString([]byte(want), want) {
+			t.Errorf("sameString(%q, %q) = false, want true", want, want)
+		}
+		for i := 0; i < n; i++ {
+			raw := []byte(want)
+			raw[i] ^= 0x20
+			if sameString(raw, want) {
+				t.Errorf("sameString(%q, %q) = true, want false", raw, want)
+			}
+		}
+		if n > 0 && sameString([]byte(want[:n-1]), want) {
+			t.Errorf("sameString(%q, %q) = true, want false", want[:n-1], want)
 		}
 	}
 }

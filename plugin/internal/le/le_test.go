@@ -17,6 +17,9 @@ func TestUint64(t *testing.T) {
 		if got := Uint64(b, tt.at); got != tt.want {
 			t.Errorf("Uint64(b, %d) = %#x, want %#x", tt.at, got, tt.want)
 		}
+		if got := StringUint64(string(b), tt.at); got != tt.want {
+			t.Errorf("StringUint64(b, %d) = %#x, want %#x", tt.at, got, tt.want)
+		}
 	}
 }
 
