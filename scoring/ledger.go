@@ -475,8 +475,8 @@ func (l *Ledger) InFlight() int {
 }
 
 // WorkOn returns the ledger's work on replica, with its unseen part counted
-// against a snapshot taken at snapNanos (the replica's ScrapedNanos), the
-// and the window of its prefill in progress priced with h (the replica's
+// against a snapshot taken at snapNanos (the replica's ScrapedNanos) and
+// the window of its prefill in progress priced with h (the replica's
 // profile).
 func (l *Ledger) WorkOn(replica int, h *Hardware, snapNanos int64) Work {
 	if l == nil || replica < 0 || replica >= len(l.reps) {

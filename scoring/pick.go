@@ -75,14 +75,14 @@ type Candidate struct {
 	// ExternalSec is the delay the request's own work on r (adapter load
 	// and prefill, A + P) imposes on other requests: λ · ETTFT · (A + P)
 	// for those arriving while it waits and prefills, where λ is the mean
-	// arrival rate per open replica (the ledger's dispatches plus the
-	// other routers', Ledger.SetPeerRate), plus N_r · A for the N_r requests already
-	// on r that an adapter load stalls, plus (1 + N_r) times the reloads
-	// the other adapters on r will need because this one shares r's GPU
-	// slots and host cache with them, and that the adapter's own later
+	// arrival rate per open replica (the ledger's dispatches plus the other
+	// routers', Ledger.SetPeerRate), plus N_r · A for the N_r requests
+	// already on r that an adapter load stalls, plus (1 + N_r) times the
+	// reloads the other adapters on r will need because this one shares r's
+	// GPU slots and host cache with them, and that the adapter's own later
 	// requests will need there beyond what they need at its home
-	// (reloadCost, adapterReloads), those times the requests of the
-	// adapter expected to follow it when r must load it from storage
+	// (reloadCost, adapterReloads), those times the requests of the adapter
+	// expected to follow it when r must load it from storage
 	// (Ledger.adapterStream); scaled by Params.ExternalityWeight.
 	ExternalSec float64
 	// Stale is true when the replica's snapshot was older than
