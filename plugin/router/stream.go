@@ -297,6 +297,7 @@ func (s *stream) OnHttpStreamDone() {
 func (s *stream) release() {
 	r := s.root
 	if s.flight != 0 {
+		now := proxy.NowNanos()
 		if s.responseDone {
 			tokens := -1
 			if s.counter.HasUsage || s.streaming {
@@ -305,13 +306,13 @@ func (s *stream) release() {
 			r.ledger.Done(s.flight, tokens)
 		} else {
 			if s.answeredBy >= 0 && !s.forced {
-				r.passiveInterrupted(s.answeredBy, proxy.NowNanos())
+				r.passiveInterrupted(s.answeredBy, now)
 			}
 			r.ledger.Cancel(s.flight)
 		}
 		r.stats.add(r.stats.inFlight, -1)
 		s.flight = 0
-		r.publishWorkOn(s.replica, proxy.NowNanos())
+		r.publishWorkOn(s.replica, now)
 	}
 	if live := &r.vm.live; s.liveAt >= 0 && s.liveAt < len(*live) {
 		last := len(*live) - 1
