@@ -235,7 +235,7 @@ func TestSameBytes(t *testing.T) {
 		name string
 		f    func(a, b []byte) bool
 	}{{"SameBytes", SameBytes}, {"sameSource", sameSource}} {
-		for _, n := range []int{0, 1, 7, 8, 31, 63, 64, 65, 100, 1023, 1024, 1025, 1100, 3000} {
+		for _, n := range []int{0, 1, 7, 8, 31, 63, 64, 65, 100, 127, 128, 129, 135, 255, 256, 1023, 1024, 1025, 1100, 3000} {
 			a := memoText(rng, n)
 			if !same.f(a, slices.Clone(a)) {
 				t.Fatalf("%s(%d bytes, a copy) = false", same.name, n)
