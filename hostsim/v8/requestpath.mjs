@@ -397,9 +397,12 @@ function run(module, bs, requests, workers) {
   // The last window of requests is still open: they are not counted.
   r.whole.length = Math.max(requests - window, 0);
   const stat = (name) => Number(host.metrics.find((m) => m.name === name)?.value ?? 0);
-  r.decisions = stat('gpuroute_decisions_total');
   r.scrapes = stat('gpuroute_scrapes_total');
   r.scrapeFailures = stat('gpuroute_scrape_failures_total');
+  // The module passes each routed request's counts to the host at a tick.
+  measuring = false;
+  advance();
+  r.decisions = stat('gpuroute_decisions_total');
   r.prefixHitShare = stat('gpuroute_prefix_hit_tokens_total') / Math.max(stat('gpuroute_prompt_tokens_total'), 1);
   r.errors = host.errors.slice(0, 5);
   return r;

@@ -305,6 +305,42 @@ func TestDrainDeadline(t *testing.T) {
 	}
 }
 
+// TestStatsTallyAtTick: a routed request's counts reach Envoy at the
+// root's next tick, an event's at once; a root whose plugin stopped passes
+// what it had and then each count at once, so the in-flight gauge of its
+// last streams returns to zero without another tick of it.
+func TestStatsTallyAtTick(t *testing.T) {
+	f := newTestFleet(t, 1, 2, "")
+	f.advance(200 * time.Millisecond)
+	decisions0 := f.metric(statDecisions)
+	s, dst := f.open(0, "tally me")
+	if dst == "" {
+		t.Fatal("request not routed")
+	}
+	if n := f.metric(statDecisions) - decisions0; n != 0 {
+		t.Errorf("%s before the tick = +%d, want +0 (tallied)", statDecisions, n)
+	}
+	scrapes0 := f.metric(statScrapes)
+	f.advance(100 * time.Millisecond)
+	if n := f.metric(statScrapes) - scrapes0; n != 2 {
+		t.Errorf("%s over one tick = +%d, want +2 (one per replica, at once)", statScrapes, n)
+	}
+	if n := f.metric(statDecisions) - decisions0; n != 1 {
+		t.Errorf("%s after the tick = +%d, want +1", statDecisions, n)
+	}
+	if n := f.metric(statInFlight); n != 1 {
+		t.Errorf("%s with one open stream = %d, want 1", statInFlight, n)
+	}
+	// A new configuration: the old root stops, its stream goes on.
+	f.configure(f.config(`,"fallbacks":1`, nil))
+	if err := s.Done(); err != nil {
+		t.Fatal(err)
+	}
+	if n := f.metric(statInFlight); n != 0 {
+		t.Errorf("%s after the stopped root's stream ended = %d, want 0 with no tick", statInFlight, n)
+	}
+}
+
 // TestStreamAccounting: streamed tokens and the end of a stream release
 // the request's accounting exactly once, for a finished and a reset stream.
 func TestStreamAccounting(t *testing.T) {
@@ -316,6 +352,7 @@ func TestStreamAccounting(t *testing.T) {
 		s, _ := f.open(0, "count me "+strconv.Itoa(i))
 		streams = append(streams, s)
 	}
+	f.advance(100 * time.Millisecond) // the gauge's tallies reach the host at the tick
 	if n := f.metric(statInFlight); n != 3 {
 		t.Fatalf("%s with 3 open streams = %d, want 3", statInFlight, n)
 	}
@@ -344,6 +381,7 @@ func TestStreamAccounting(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	f.advance(100 * time.Millisecond)
 	if n := f.metric(statInFlight); n != 0 {
 		t.Errorf("%s after every stream ended = %d, want 0 (released exactly once)", statInFlight, n)
 	}
@@ -688,15 +726,16 @@ func TestPrefixShareTailAndBase(t *testing.T) {
 				t.Errorf("round %d, prefix %d: worker %d sent it to %s, want its home %s", round, p, w, dst, homes[p])
 			}
 		}
+		// Two ticks: a worker whose tick comes first sees the others'
+		// placements of this round on its next; the round's tallies
+		// reach the host.
+		f.advance(200 * time.Millisecond)
+		gens[gen()] = true
 		// ~4,000-token prefixes; k counts whole 256-token checkpoints.
 		if hits := f.metric(statPrefixHitTokens) - hits0; round > 0 && hits < prefixes*3500 {
 			t.Errorf("round %d: %d prefix-hit tokens over %d dispatches of shared ~4,000-token prefixes, want >= %d",
 				round, hits, prefixes, prefixes*3500)
 		}
-		// Two ticks: a worker whose tick comes first sees the others'
-		// placements of this round on its next.
-		f.advance(200 * time.Millisecond)
-		gens[gen()] = true
 	}
 	if len(gens) < 2 {
 		t.Errorf("the shared index kept one base over %d dispatches, want the tail folded into a new base", prefixes*rounds)
@@ -736,8 +775,10 @@ func TestPrefixShareGarbage(t *testing.T) {
 				t.Fatalf("shared prefix index after a merge: %v, want a readable one", err)
 			}
 			hits0 := f.metric(statPrefixHitTokens)
-			if dst := f.route(1, system+"follow-up"); dst != home || f.metric(statPrefixHitTokens) == hits0 {
-				t.Errorf("worker 1's follow-up went to %s with %d prefix-hit tokens, want %s, warm", dst, f.metric(statPrefixHitTokens)-hits0, home)
+			dst := f.route(1, system+"follow-up")
+			f.advance(100 * time.Millisecond) // its tallies reach the host at the tick
+			if hits := f.metric(statPrefixHitTokens) - hits0; dst != home || hits == 0 {
+				t.Errorf("worker 1's follow-up went to %s with %d prefix-hit tokens, want %s, warm", dst, hits, home)
 			}
 		})
 	}

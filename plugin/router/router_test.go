@@ -147,6 +147,7 @@ func TestSkipsClosedReplicas(t *testing.T) {
 		if seen["10.0.0.1:8000"] == 0 || seen["10.0.0.3:8000"] == 0 || seen["10.0.0.1:8000"]+seen["10.0.0.3:8000"] != 40 {
 			t.Errorf("destinations = %v; want all 40 spread over 10.0.0.1 and 10.0.0.3", seen)
 		}
+		d.tick() // routed requests' counts reach the host at the tick
 		if n, ok := d.counter(statDecisions); !ok || n != 40 {
 			t.Errorf("counter %s = %d, %v; want 40", statDecisions, n, ok)
 		}
@@ -184,6 +185,7 @@ func TestPrefixAffinity(t *testing.T) {
 		if len(spread) < 3 {
 			t.Errorf("32 unrelated prompts went to %d replicas, want them spread over at least 3 of 4", len(spread))
 		}
+		d.tick() // routed requests' counts reach the host at the tick
 		if n, ok := d.counter(statPrefixHitTokens); !ok || n == 0 {
 			t.Errorf("counter %s = %d, %v; want > 0 after repeated prefixes", statPrefixHitTokens, n, ok)
 		}
@@ -210,6 +212,7 @@ func TestPromptMemo(t *testing.T) {
 			}
 			home = dst[0]
 		}
+		d.tick() // routed requests' counts reach the host at the tick
 		if n, ok := d.counter(statMemoReplays); !ok || n != 7 {
 			t.Errorf("counter %s = %d, %v; want 7 (every request after the first)", statMemoReplays, n, ok)
 		}

@@ -53,6 +53,7 @@ func (r *root) tick(now int64) {
 	if n := r.ledger.Sweep(now - int64(sweepAfter)); n > 0 {
 		r.stats.add(r.stats.sweptFlights, int64(n))
 	}
+	r.stats.flush()
 	// A collection begun since the last tick ends here rather than
 	// marking on through the requests (gcdrive).
 	gcdrive.Finish(gcFinishBytes)

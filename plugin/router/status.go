@@ -20,8 +20,8 @@ var jsonHeaders = [][2]string{{"content-type", "application/json"}}
 var overloadedBody = []byte(`{"error":{"message":"every eligible replica is over the configured queue bound (max_wait_ms); retry later","type":"rate_limit_exceeded","code":429}}`)
 
 // reject answers the request locally and counts it.
-func (r *root) reject(status uint32, details string, body []byte, stat *uint32) types.Action {
-	r.stats.add(*stat, 1)
+func (r *root) reject(status uint32, details string, body []byte, k stat) types.Action {
+	r.stats.add(k, 1)
 	if err := proxy.SendLocalResponse(status, details, body, jsonHeaders, proxy.NoGrpcStatus); err != nil {
 		r.log.error("cannot send the local " + strconv.Itoa(int(status)) + ": " + err.Error())
 	}

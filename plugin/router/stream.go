@@ -142,15 +142,15 @@ func (s *stream) route(body []byte, truncated bool) types.Action {
 	d := &r.decision
 	scoring.Pick(&r.params, req, r.replicas, r.cached, r.ledger, now, d)
 	if d.Index < 0 {
-		return r.reject(503, detailsUnavailable, r.unavailableBody(d), &r.stats.unavailable)
+		return r.reject(503, detailsUnavailable, r.unavailableBody(d), r.stats.unavailable)
 	}
 	best := d.Top[0]
 	if lim := r.cfg.MaxWaitSec; lim > 0 && best.WaitSec > lim {
-		return r.reject(429, detailsOverloaded, overloadedBody, &r.stats.overloaded)
+		return r.reject(429, detailsOverloaded, overloadedBody, r.stats.overloaded)
 	}
 	if err := r.writeDestination(d); err != nil {
 		r.log.error("cannot set " + HeaderDestination + ": " + err.Error())
-		return r.reject(503, detailsUnavailable, r.unavailableBody(d), &r.stats.unavailable)
+		return r.reject(503, detailsUnavailable, r.unavailableBody(d), r.stats.unavailable)
 	}
 	s.replica = d.Index
 	s.dispatchedNanos = now
@@ -159,7 +159,7 @@ func (s *stream) route(body []byte, truncated bool) types.Action {
 	s.uncached = max(req.PromptTokens-best.CachedTokens, 1)
 	s.flight = r.ledger.Dispatch(d.Index, req, s.uncached, now)
 	if s.flight != 0 {
-		r.stats.add(r.stats.inFlight, 1)
+		r.stats.tally(r.stats.inFlight, 1)
 		r.publishWorkOn(d.Index, now)
 	}
 	if len(req.Chain) > 0 {
@@ -202,7 +202,7 @@ func (r *root) features(s *stream, body []byte, truncated bool) *scoring.Request
 	replays := r.textMemo.Replays()
 	err := r.parser.ParseText(s.kind, body, truncated, &r.textMemo, &r.request)
 	if n := r.textMemo.Replays() - replays; n > 0 {
-		r.stats.add(r.stats.memoReplays, int64(n))
+		r.stats.tally(r.stats.memoReplays, int64(n))
 	}
 	if err != nil && len(r.request.Model) == 0 {
 		r.stats.add(r.stats.bodyUnparsed, 1)
@@ -310,7 +310,7 @@ func (s *stream) release() {
 			}
 			r.ledger.Cancel(s.flight)
 		}
-		r.stats.add(r.stats.inFlight, -1)
+		r.stats.tally(r.stats.inFlight, -1)
 		s.flight = 0
 		r.publishWorkOn(s.replica, now)
 	}
