@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -148,14 +149,18 @@ func userMessages(n int, content string) []byte {
 
 // BenchmarkParseTextMessages is the per-message cost: ParseText into the
 // prefix hasher (as BenchmarkParseTextRouter) on 75 short messages, both
-// uniform ({"role":"user","content":"..."} only) and agent traffic
-// (agentBody: content arrays, tool calls, tool results).
+// uniform ({"role":"user","content":"..."} only, and in encoding/json's
+// order for a map, content first) and agent traffic (agentBody: content
+// arrays, tool calls, tool results).
 func BenchmarkParseTextMessages(b *testing.B) {
+	line := strings.Repeat(`SELECT name FROM t WHERE id = 42;  `, 12)
 	for _, bc := range []struct {
 		name string
 		body []byte
 	}{
-		{name: "uniform75", body: userMessages(75, strings.Repeat(`SELECT name FROM t WHERE id = 42;  `, 12))},
+		{name: "uniform75", body: userMessages(75, line)},
+		{name: "sorted75", body: bytes.ReplaceAll(userMessages(75, line),
+			[]byte(`{"role":"user","content":"`+line+`"}`), []byte(`{"content":"`+line+`","role":"user"}`))},
 		{name: "agent75", body: agentBody(75)},
 	} {
 		b.Run(bc.name, func(b *testing.B) { benchParseTextHashed(b, bc.body) })

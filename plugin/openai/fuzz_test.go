@@ -287,6 +287,9 @@ func FuzzMessagesFastPath(f *testing.F) {
 		`{"model":"m","messages":[{"role":"assistant","tool_calls":{},"content":"x","n":[1,-2.5e3,true,false,null,{}]},{"role":"a","tool_calls":null,"tool_calls":[]}]}`,
 		`{"model":"m","messages":[{"role":"a","content":"x","content":"y"},{"role":"a","n":01},{"role":"a","n":[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]}]}`,
 		`{"model":"m","messages":[{"role":7,"content":"a"},{"role":"user","content":"b"},{"role":"user","content":"b"}],"messages":[]}`,
+		`{"messages":[{"content":"a\u00e9","role":"system"},{"content":null,"role":"user"},{"content":"b","name":"x","role":"user"}],"model":"m"}`,
+		`{"model":"m","messages":[{"content":"a","content":"b","role":"user"},{"content":"a"},{"name":"x","content":"b"},{}]}`,
+		`{"model":"m","messages":[{"content":"` + long + `","role":"user"},{"tool_calls":[],"content":"x","role":"a"}]}`,
 	} {
 		f.Add(s, uint8(0))
 		f.Add(s, uint8(2))
@@ -333,6 +336,9 @@ func TestFastMessagesTake(t *testing.T) {
 		`{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]}`,
 		`{"role":"tool","tool_call_id":"call_1","content":"42"}`,
 		`{"role":"system","content":"` + strings.Repeat("x", 1900) + `"}`,
+		`{"content":"Question 0: a \"b\"\n","role":"user"}`,
+		`{ "content" : null , "role" : "assistant", "tool_calls": [] }`,
+		`{"content":"` + strings.Repeat("x", 1900) + `","role":"system"}`,
 	} {
 		var p Parser
 		if end := p.fastMessage([]byte(m), 0); end != len(m) {

@@ -171,3 +171,42 @@ func FuzzParseTextMemo(f *testing.F) {
 		memoCompare(t, first, []string{then, then, first}, mode&7, 8)
 	})
 }
+
+// countingMemo counts the Match calls made of the memo it wraps.
+type countingMemo struct {
+	*scoring.PrefixMemo
+	matches int
+}
+
+func (c *countingMemo) Match(rest []byte, end byte) (int, uint64, bool) {
+	c.matches++
+	return c.PrefixMemo.Match(rest, end)
+}
+
+// TestMemoMatchOnce: a remembered content before its role is compared once
+// per parse, though both the fast path (which declines the message for it)
+// and the general walk (which replays it) ask about it.
+func TestMemoMatchOnce(t *testing.T) {
+	sys := strings.Repeat(`Follow the \"policy\" below.\n`, 200) // ~6 KB raw
+	body := []byte(`{"messages":[{"content":"` + sys + `","role":"system"},{"content":"q","role":"user"}],"model":"m"}`)
+	var h scoring.PrefixHasher
+	h.Init(0, 1024)
+	var pm scoring.PrefixMemo
+	pm.Init(&h, 4, 1<<16, 4096)
+	m := &countingMemo{PrefixMemo: &pm}
+	var p Parser
+	var req Request
+	for i := range 2 {
+		h.ResetDeferred()
+		m.matches = 0
+		if err := p.ParseText(Chat, body, false, m, &req); err != nil {
+			t.Fatalf("parse %d: %v", i, err)
+		}
+		if m.matches != 1 {
+			t.Errorf("parse %d: Match called %d times, want 1", i, m.matches)
+		}
+	}
+	if pm.Replays() != 1 {
+		t.Errorf("replays = %d, want 1 (the second parse)", pm.Replays())
+	}
+}
