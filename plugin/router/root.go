@@ -311,9 +311,9 @@ func (r *root) applyDrains() {
 	}
 }
 
-// OnPluginDone stops this root's tick, passes its pending stats on and
-// leaves the shared worker list;
-// Envoy deletes the root after a reconfiguration once its streams drained.
+// OnPluginDone stops this root's tick, passes its tallied stats on and
+// leaves the shared worker list; Envoy deletes the root after a
+// reconfiguration once its streams drained.
 func (r *root) OnPluginDone() bool {
 	_ = proxy.SetTickPeriodMillis(0)
 	r.stats.stop()
