@@ -12,8 +12,8 @@
 // A the adapter load cost, P_r the prefill time of the n − k(r) prompt
 // tokens not already cached on r.
 //
-//	var h scoring.PrefixHasher
-//	h.Init(scoring.DefaultBlockChars, 0)
+//	var h prefix.Hasher
+//	h.Init(prefix.DefaultBlockChars, 0)
 //	h.Reset(model, adapter); h.Write(promptText)
 //	index.Lookup(h.Chain(), cached)                      // k per replica
 //	req := scoring.Request{PromptTokens: h.Tokens(), Chain: h.Chain(), Model: model}
@@ -29,7 +29,7 @@
 // Pieces: [Hardware] (cost profiles with published defaults), [Replica] and
 // [Request] (the inputs), [Params] (tunables), [Pick] and [Decision] (the
 // rule and its explanation), [Ledger] (the router's own accounting between
-// metric scrapes), [PrefixHasher] and [PrefixIndex] (prefix identity and
-// who holds which prefix, with a compact binary encoding for shared data),
-// [Calibrator] (online fit of a replica's real prefill cost).
+// metric scrapes), [Calibrator] (online fit of a replica's real prefill
+// cost). Prefix identity (the block-hash chain of a prompt and the index of
+// which replica holds which chain) is the subpackage [prefix].
 package scoring

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/gpuroute/gpuroute/scoring"
+	"github.com/gpuroute/gpuroute/scoring/prefix"
 )
 
 // A request with a long shared system prompt: the warm replica is busier,
@@ -17,18 +18,18 @@ func ExamplePick() {
 		{Addr: "10.0.0.2:8000", Hardware: h100, Healthy: true, ScrapedNanos: now},
 	}
 	for i := range replicas {
-		replicas[i].AddrHash = scoring.HashString(replicas[i].Addr)
+		replicas[i].AddrHash = prefix.HashString(replicas[i].Addr)
 	}
 
 	// Hash the prompt as it streams out of the JSON parser.
-	var hasher scoring.PrefixHasher
-	hasher.Init(scoring.DefaultBlockChars, 0)
+	var hasher prefix.Hasher
+	hasher.Init(prefix.DefaultBlockChars, 0)
 	hasher.Reset("llama-3-8b", "")
 	hasher.WriteString(strings.Repeat("You are a careful assistant. ", 1000))
 	hasher.WriteString("What is the capital of France?")
 
 	// The router sent this prefix to replica 0 before.
-	index := scoring.NewPrefixIndex(scoring.IndexConfig{})
+	index := prefix.NewIndex(prefix.IndexConfig{})
 	index.Record(0, hasher.Chain())
 	cached := make([]int, len(replicas))
 	index.Lookup(hasher.Chain(), cached)

@@ -1,6 +1,11 @@
 package scoring
 
-import "math"
+import (
+	"math"
+	"math/bits"
+
+	"github.com/gpuroute/gpuroute/scoring/prefix"
+)
 
 // Ledger is the router's own accounting between scrapes: the requests it
 // dispatched and has not seen finish (with their prefill tokens and a
@@ -304,7 +309,7 @@ func (l *Ledger) grow(nowNanos int64) float64 {
 //
 // A continuous-batching engine admits its waiting requests at a step
 // boundary, all that fit the token budget, in arrival order (vLLM V1's
-// scheduler; hostsim/fleet/replica.go startStep models it). The router's
+// scheduler; hostsim/fleetsim/replica.go startStep models it). The router's
 // queued requests on a replica therefore form two groups: the running one,
 // whose prefill started when the first of them was dispatched to a replica
 // with nothing queued ahead (or when the previous group's first token came
@@ -522,7 +527,7 @@ func (l *Ledger) InFlightOn(replica int) int {
 }
 
 func outputKey(model, adapter string) uint64 {
-	return fmix(HashString(model) ^ bitsRot(HashString(adapter), 17))
+	return prefix.Finalize(prefix.HashString(model) ^ bits.RotateLeft64(prefix.HashString(adapter), 17))
 }
 
 // ExpectedOutput returns the output-length estimate for a new request:
@@ -627,7 +632,7 @@ func (l *Ledger) Dispatch(replica int, req *Request, uncachedTokens int, nowNano
 	// routers behind one gateway see the same traffic.
 	l.promptMean = ewma(l.promptMean, float64(max(uncachedTokens, 1)))
 	if req.Adapter != "" {
-		l.rememberAdapter(HashString(req.Adapter), int32(replica), nowNanos, nowNanos+int64(l.p.AdapterMemory))
+		l.rememberAdapter(prefix.HashString(req.Adapter), int32(replica), nowNanos, nowNanos+int64(l.p.AdapterMemory))
 	}
 	return Flight(uint64(gen)<<32 | uint64(slot))
 }

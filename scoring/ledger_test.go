@@ -3,6 +3,8 @@ package scoring
 import (
 	"bytes"
 	"testing"
+
+	"github.com/gpuroute/gpuroute/scoring/prefix"
 )
 
 func sampleLedger() *Ledger {
@@ -137,14 +139,14 @@ func TestAdapterPlacementsMerge(t *testing.T) {
 	req := Request{PromptTokens: 10, Adapter: "sql"}
 	a.Cancel(a.Dispatch(1, &req, 10, 5*sec))
 	pls := a.AppendAdapterPlacements(nil, 6*sec)
-	if len(pls) != 1 || pls[0].Replica != 1 || pls[0].Adapter != HashString("sql") {
+	if len(pls) != 1 || pls[0].Replica != 1 || pls[0].Adapter != prefix.HashString("sql") {
 		t.Fatalf("AppendAdapterPlacements = %+v, want one placement of sql on replica 1", pls)
 	}
 	for _, pl := range pls {
 		b.MergeAdapterPlacement(pl)
 		b.MergeAdapterPlacement(AdapterPlacement{Adapter: pl.Adapter, Replica: pl.Replica, UntilNanos: pl.UntilNanos - sec})
 	}
-	b.markAdapter(HashString("sql"), nil, 6*sec)
+	b.markAdapter(prefix.HashString("sql"), nil, 6*sec)
 	if got := b.remembered(1); got != TierGPU {
 		t.Errorf("merged placement: replica 1 tier = %v, want gpu", got)
 	}

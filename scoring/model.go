@@ -1,5 +1,7 @@
 package scoring
 
+import "github.com/gpuroute/gpuroute/scoring/prefix"
+
 // AdapterTier says where a LoRA adapter lives on a replica, hence what a
 // request for it costs there before prefill can start.
 type AdapterTier uint8
@@ -36,7 +38,7 @@ type Adapter struct {
 	// Active says the adapter has running or waiting requests, so it cannot
 	// be evicted to make room (vLLM lora_requests_info lists exactly these).
 	Active bool
-	// Hash is HashString(Name), set once per snapshot so decisions compare
+	// Hash is prefix.HashString(Name), set once per snapshot so decisions compare
 	// it with the ledger's adapter keys without hashing names per request;
 	// 0 means not set (then it is computed when needed).
 	Hash uint64
@@ -47,7 +49,7 @@ func (a *Adapter) key() uint64 {
 	if a.Hash != 0 {
 		return a.Hash
 	}
-	return HashString(a.Name)
+	return prefix.HashString(a.Name)
 }
 
 // DrainState is a replica's place in the drain life cycle (DESIGN.md §3).
@@ -80,7 +82,7 @@ func (s DrainState) String() string {
 
 // Replica is the router's snapshot of one model-server replica. Replicas are
 // identified by their index in the caller-owned slice passed to [Pick]; the
-// [Ledger] and [PrefixIndex] use the same index.
+// [Ledger] and [prefix.Index] use the same index.
 //
 // The snapshot comes from the replica's metrics (vLLM num_requests_waiting,
 // num_requests_running, kv_cache_usage_perc, lora_requests_info,
@@ -89,7 +91,7 @@ type Replica struct {
 	// Addr is "ip:port", the value put in x-gateway-destination-endpoint.
 	Addr string
 	// AddrHash identifies the replica in rendezvous hashing; set it once
-	// with HashString(Addr) (Pick computes it when zero, which costs time).
+	// with prefix.HashString(Addr) (Pick computes it when zero, which costs time).
 	AddrHash uint64
 	// Engine names the server ("vllm", "sglang", "tgi", "triton"); informational.
 	Engine string
@@ -160,9 +162,9 @@ func (r *Replica) DrainAt(nowNanos int64) DrainState {
 // Request holds the features of one request that the decision uses.
 type Request struct {
 	// PromptTokens is the estimated prompt length n (characters / 4 when
-	// there is no tokenizer; see PrefixHasher.Tokens).
+	// there is no tokenizer; see prefix.Hasher.Tokens).
 	PromptTokens int
-	// Chain is the prefix block chain (PrefixHasher.Chain); its first
+	// Chain is the prefix block chain (prefix.Hasher.Chain); its first
 	// blocks key the rendezvous tie-break. May be empty.
 	Chain []uint64
 	// Model is the OpenAI "model" field's base model; Adapter the LoRA

@@ -3,6 +3,8 @@ package scoring
 import (
 	"math"
 	"runtime"
+
+	"github.com/gpuroute/gpuroute/scoring/prefix"
 )
 
 // Reason says why Pick chose what it chose.
@@ -140,7 +142,7 @@ func (d *Decision) Chosen() (Candidate, bool) {
 //
 //	ETTFT(r) = W(r) + A(r, a) + P_r(n − k(r))
 //
-// cachedTokens[i] is k for replica i (PrefixIndex.Lookup; nil: nothing
+// cachedTokens[i] is k for replica i (prefix.Index.Lookup; nil: nothing
 // cached). l is the router's ledger (nil: none); Pick brings its view of
 // work-since-scrape up to date with each replica's ScrapedNanos. nowNanos
 // is the caller's clock. Unhealthy, draining and drained replicas, and
@@ -189,7 +191,7 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 	k.n = n
 	var adapterHash uint64
 	if req.Adapter != "" {
-		adapterHash = HashString(req.Adapter)
+		adapterHash = prefix.HashString(req.Adapter)
 		if l != nil {
 			l.markAdapter(adapterHash, replicas, nowNanos)
 		}
@@ -538,9 +540,9 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 			}
 			ah := replicas[i].AddrHash
 			if ah == 0 {
-				ah = HashString(replicas[i].Addr)
+				ah = prefix.HashString(replicas[i].Addr)
 			}
-			if w := rendezvous(key, ah); d.Index < 0 || w > bestW || (w == bestW && i < d.Index) {
+			if w := prefix.Rendezvous(key, ah); d.Index < 0 || w > bestW || (w == bestW && i < d.Index) {
 				bestW, d.Index = w, i
 			}
 		}
@@ -940,7 +942,7 @@ func adapterCost(p *Params, r *Replica, adapter string, hash uint64, remembered 
 	gpu, evictable, queued := 0, false, 0
 	for i := range r.Adapters {
 		a := &r.Adapters[i]
-		// The keys first (hash is HashString(adapter)): comparing names
+		// The keys first (hash is prefix.HashString(adapter)): comparing names
 		// is a runtime call on wasm, for every listed adapter.
 		if (a.Hash == 0 || a.Hash == hash) && a.Name == adapter {
 			tier = min(tier, a.Tier)

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"testing"
+
+	"github.com/gpuroute/gpuroute/scoring/prefix"
 )
 
 // replicasFromBytes builds a fleet deterministically from fuzz input: 6
@@ -45,7 +47,7 @@ func FuzzPick(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte, prompt uint16, adapter bool) {
 		now := int64(1e12)
 		rs, cached := replicasFromBytes(b, now)
-		req := Request{PromptTokens: int(prompt), Chain: []uint64{uint64(prompt) * mixK0}, MaxTokens: int(prompt % 500)}
+		req := Request{PromptTokens: int(prompt), Chain: []uint64{uint64(prompt) * 0x9e3779b97f4a7c15}, MaxTokens: int(prompt % 500)}
 		if adapter {
 			req.Adapter = "fr"
 		}
@@ -125,7 +127,7 @@ func benchFleet(n int) ([]Replica, []int, *Ledger, Request) {
 		// Keys set as the router sets them once per snapshot.
 		rs[i].Adapters = []Adapter{{Name: "a" + strconv.Itoa(i%5), Tier: TierGPU, Active: true}, {Name: "fr", Tier: TierHost}}
 		for j := range rs[i].Adapters {
-			rs[i].Adapters[j].Hash = HashString(rs[i].Adapters[j].Name)
+			rs[i].Adapters[j].Hash = prefix.HashString(rs[i].Adapters[j].Name)
 		}
 		cached[i] = rng.IntN(3000)
 		for j := 0; j < 3; j++ {

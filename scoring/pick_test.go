@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/gpuroute/gpuroute/scoring/prefix"
 )
 
 const sec = int64(time.Second)
@@ -16,7 +18,7 @@ func fleet(hw string, n int, now int64) []Replica {
 	rs := make([]Replica, n)
 	for i := range rs {
 		addr := "10.0.0." + strconv.Itoa(i+1) + ":8000"
-		rs[i] = Replica{Addr: addr, AddrHash: HashString(addr), Engine: "vllm", Hardware: h,
+		rs[i] = Replica{Addr: addr, AddrHash: prefix.HashString(addr), Engine: "vllm", Hardware: h,
 			Healthy: true, ScrapedNanos: now, AdapterSlots: 4}
 	}
 	return rs
@@ -947,7 +949,7 @@ func TestAdapterPendingLoads(t *testing.T) {
 				rs[0].Adapters = append(rs[0].Adapters, Adapter{Name: s.name, Tier: s.listed, Active: true})
 			}
 		}
-		l.markAdapter(HashString("new"), rs, now)
+		l.markAdapter(prefix.HashString("new"), rs, now)
 		if got := l.pendingOn(0); math.Abs(got-tt.want) > 1e-12 {
 			t.Errorf("%s: pendingOn(0) = %v, want %v", tt.name, got, tt.want)
 		}

@@ -103,7 +103,7 @@ func TestPrefillProgress(t *testing.T) {
 // the next one goes where the prefill started first (it frees first),
 // whichever replica that is, and whichever router sent the prefills: this
 // one, or another worker whose Work reaches this one through AddAt, as
-// plugin/fleet's Board.Sum adds it. Counting each prefill in full made them
+// plugin/shared's Board.Sum adds it. Counting each prefill in full made them
 // tie, and the tie-break ignores load; a peer's work added without its
 // window (Add) still does.
 func TestPickPrefersPrefillNearEnd(t *testing.T) {

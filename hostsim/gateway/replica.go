@@ -102,7 +102,7 @@ type ReplicaRequest struct {
 // Replica is a simulated OpenAI-compatible model server (an http.Handler):
 // /v1/chat/completions and /v1/completions (SSE when "stream" is true),
 // /metrics in vLLM's format. Time to first token follows the fleet
-// simulator's model (hostsim/fleet): prefills run one at a time, a cached
+// simulator's model (hostsim/fleetsim): prefills run one at a time, a cached
 // prompt prefix is not prefilled again, an adapter not resident costs a
 // host-memory or storage load; tokens then stream one decode step apart,
 // the step growing with the running batch. Safe for concurrent use.

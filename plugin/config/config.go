@@ -22,6 +22,7 @@ import (
 	"github.com/gpuroute/gpuroute/plugin/jsonx"
 	"github.com/gpuroute/gpuroute/plugin/metrics"
 	"github.com/gpuroute/gpuroute/scoring"
+	"github.com/gpuroute/gpuroute/scoring/prefix"
 )
 
 // Configuration keys (wire names).
@@ -272,7 +273,7 @@ func Parse(data []byte) (*Config, error) {
 	}
 	cfg := &Config{
 		TickMillis:             DefaultTickMillis,
-		BlockChars:             scoring.DefaultBlockChars,
+		BlockChars:             prefix.DefaultBlockChars,
 		MaxBodyBytes:           DefaultMaxBodyBytes,
 		ScrapeTimeoutMillis:    DefaultScrapeTimeoutMillis,
 		UnhealthyAfterFailures: DefaultUnhealthyAfter,

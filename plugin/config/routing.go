@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/gpuroute/gpuroute/plugin/jsonx"
-	"github.com/gpuroute/gpuroute/scoring"
+	"github.com/gpuroute/gpuroute/scoring/prefix"
 )
 
 // parseRouting parses the top-level keys beyond the replica list: how
@@ -25,7 +25,7 @@ func parseRouting(cfg *Config, key string, r *jsonx.Reader) error {
 	var n int64
 	switch key {
 	case KeyBlockChars:
-		n, err = boundedInt(key, v, 8, scoring.MaxBlockChars)
+		n, err = boundedInt(key, v, 8, prefix.MaxBlockChars)
 		cfg.BlockChars = int(n)
 	case KeyMaxBodyBytes:
 		n, err = boundedInt(key, v, 1024, MaxBodyBytes)

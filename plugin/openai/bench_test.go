@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuroute/gpuroute/scoring"
+	"github.com/gpuroute/gpuroute/scoring/prefix"
 )
 
 // routerBody builds a body shaped like plugin/router's BenchmarkRequestPath64
@@ -60,7 +60,7 @@ func BenchmarkParseTextRouter(b *testing.B) {
 		// question decoded.
 		var p Parser
 		var req Request
-		var m scoring.PrefixMemo
+		var m prefix.Memo
 		h := routerHasher()
 		m.Init(h, 0, 0, 0)
 		h.ResetDeferred()
@@ -169,9 +169,9 @@ func BenchmarkParseTextMessages(b *testing.B) {
 
 // routerHasher is a prefix hasher as plugin/router configures it: 64-char
 // blocks, room for a 1 MB body.
-func routerHasher() *scoring.PrefixHasher {
-	h := new(scoring.PrefixHasher)
-	h.Init(scoring.DefaultBlockChars, (1<<20)/scoring.DefaultBlockChars)
+func routerHasher() *prefix.Hasher {
+	h := new(prefix.Hasher)
+	h.Init(prefix.DefaultBlockChars, (1<<20)/prefix.DefaultBlockChars)
 	return h
 }
 

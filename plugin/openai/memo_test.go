@@ -6,10 +6,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuroute/gpuroute/scoring"
+	"github.com/gpuroute/gpuroute/scoring/prefix"
 )
 
-var _ Memo = (*scoring.PrefixMemo)(nil)
+var _ Memo = (*prefix.Memo)(nil)
 
 // hashed is what the router takes from a parse: the chain keyed with the
 // model, the characters hashed and the parse's outcome.
@@ -25,7 +25,7 @@ type hashed struct {
 // parseHashed parses body into h through w (h itself, or a memo over it)
 // as the router does, and returns what the router keeps. mode bit 0:
 // completions, bit 1: truncated, bit 2: Parse then WriteText.
-func parseHashed(p *Parser, h *scoring.PrefixHasher, w io.Writer, body []byte, mode uint8) hashed {
+func parseHashed(p *Parser, h *prefix.Hasher, w io.Writer, body []byte, mode uint8) hashed {
 	kind := Chat
 	if mode&1 == 1 {
 		kind = Completion
@@ -66,10 +66,10 @@ func (a hashed) equal(b hashed) bool {
 func memoCompare(t testing.TB, first string, then []string, mode uint8, minBytes int) uint64 {
 	t.Helper()
 	var mp, pp Parser
-	var mh, ph scoring.PrefixHasher
+	var mh, ph prefix.Hasher
 	mh.Init(0, 1024)
 	ph.Init(0, 1024)
-	var m scoring.PrefixMemo
+	var m prefix.Memo
 	m.Init(&mh, 4, 1<<16, minBytes)
 	parseHashed(&mp, &mh, &m, []byte(first), mode)
 	for i, body := range then {
@@ -174,13 +174,13 @@ func FuzzParseTextMemo(f *testing.F) {
 
 // countingMemo counts the Match calls made of the memo it wraps.
 type countingMemo struct {
-	*scoring.PrefixMemo
+	*prefix.Memo
 	matches int
 }
 
 func (c *countingMemo) Match(rest []byte, end byte) (int, uint64, bool) {
 	c.matches++
-	return c.PrefixMemo.Match(rest, end)
+	return c.Memo.Match(rest, end)
 }
 
 // TestMemoMatchOnce: a remembered content before its role is compared once
@@ -189,11 +189,11 @@ func (c *countingMemo) Match(rest []byte, end byte) (int, uint64, bool) {
 func TestMemoMatchOnce(t *testing.T) {
 	sys := strings.Repeat(`Follow the \"policy\" below.\n`, 200) // ~6 KB raw
 	body := []byte(`{"messages":[{"content":"` + sys + `","role":"system"},{"content":"q","role":"user"}],"model":"m"}`)
-	var h scoring.PrefixHasher
+	var h prefix.Hasher
 	h.Init(0, 1024)
-	var pm scoring.PrefixMemo
+	var pm prefix.Memo
 	pm.Init(&h, 4, 1<<16, 4096)
-	m := &countingMemo{PrefixMemo: &pm}
+	m := &countingMemo{Memo: &pm}
 	var p Parser
 	var req Request
 	for i := range 2 {

@@ -166,7 +166,7 @@ type Parser struct {
 // Memo is a text writer that remembers what long strings' text did to it,
 // so that ParseText and WriteText can pass over a string they met before
 // instead of decoding it again (the router's prefix hasher with a
-// scoring.PrefixMemo: a shared system prompt is most of a long request).
+// prefix.Memo: a shared system prompt is most of a long request).
 // The parser offers every prompt string whose raw contents may be longer
 // than MemoMinBytes: first to Recall, and if that declines, it writes the
 // decoded text between Begin and End.
@@ -254,7 +254,7 @@ func (p *Parser) ParseTruncated(kind Kind, body []byte, out *Request) error {
 // WriteText would write, and out.PromptChars, PromptTokensExact and
 // PromptBad are set. Because the prompt is written before the rest of the
 // body is read, a caller that needs the model to interpret the text must
-// defer that (scoring.PrefixHasher.ResetDeferred, then SetSeed).
+// defer that (prefix.Hasher.ResetDeferred, then SetSeed).
 //
 // Differences from Parse + WriteText: the errors come back together,
 // syntax errors (CodeNotJSON, CodeTooDeep, CodeTruncated, for which the

@@ -4,7 +4,7 @@ import (
 	"bytes"
 
 	"github.com/gpuroute/gpuroute/plugin/jsonx"
-	"github.com/gpuroute/gpuroute/scoring"
+	"github.com/gpuroute/gpuroute/scoring/prefix"
 )
 
 // MaxLineBytes bounds one server-sent-event line. Longer lines (e.g. events
@@ -227,11 +227,11 @@ func (c *StreamCounter) learn(l []byte, ev *eventCounts) {
 // non-empty valid string contents.
 func (c *StreamCounter) fromTemplate(l []byte) bool {
 	head, tail := c.tmplHead, c.tmplTail
-	if len(l) <= head+tail || !scoring.SameBytes(l[:head], c.tmpl[:head]) {
+	if len(l) <= head+tail || !prefix.SameBytes(l[:head], c.tmpl[:head]) {
 		return false
 	}
 	end, _ := jsonx.StringEnd(l, head)
-	return end == len(l)-tail && scoring.SameBytes(l[end:], c.tmpl[head:head+tail])
+	return end == len(l)-tail && prefix.SameBytes(l[end:], c.tmpl[head:head+tail])
 }
 
 // templateEvent returns the length, newline included, of the line that
@@ -243,16 +243,16 @@ func (c *StreamCounter) fromTemplate(l []byte) bool {
 // (binaryen's --log-execution), and the event took 208 ns under wazero
 // with it, 156 ns without (BenchmarkStreamCounterEvent).
 func (c *StreamCounter) templateEvent(chunk []byte) int {
-	const prefix = sseData + " "
-	p, head, tail := len(prefix), c.tmplHead, c.tmplTail
-	if len(chunk) <= p+head+tail || string(chunk[:p]) != prefix ||
+	const dataPrefix = sseData + " "
+	p, head, tail := len(dataPrefix), c.tmplHead, c.tmplTail
+	if len(chunk) <= p+head+tail || string(chunk[:p]) != dataPrefix ||
 		tail > 0 && c.tmpl[head+tail-1] == '\r' || // line would strip it
-		!scoring.SameBytes(chunk[p:p+head], c.tmpl[:head]) {
+		!prefix.SameBytes(chunk[p:p+head], c.tmpl[:head]) {
 		return 0
 	}
 	end, _ := jsonx.StringEnd(chunk, p+head)
 	if end <= p+head || end+tail >= len(chunk) || chunk[end+tail] != '\n' ||
-		!scoring.SameBytes(chunk[end:end+tail], c.tmpl[head:head+tail]) {
+		!prefix.SameBytes(chunk[end:end+tail], c.tmpl[head:head+tail]) {
 		return 0
 	}
 	return end + tail + 1

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/gpuroute/gpuroute/plugin/config"
-	"github.com/gpuroute/gpuroute/plugin/fleet"
+	"github.com/gpuroute/gpuroute/plugin/shared"
 	"github.com/gpuroute/gpuroute/scoring"
 )
 
@@ -22,7 +22,7 @@ func TestSnapshotAdapterTiers(t *testing.T) {
 	if err := r.setup(cfg); err != nil {
 		t.Fatalf("setup = %v", err)
 	}
-	r.snap.Replicas[0].Adapters = []fleet.AdapterState{{Name: "sql"}, {Name: "chat", Waiting: true}}
+	r.snap.Replicas[0].Adapters = []shared.AdapterState{{Name: "sql"}, {Name: "chat", Waiting: true}}
 	r.applySnapshot()
 	tests := []struct {
 		name string

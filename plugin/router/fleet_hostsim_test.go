@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/gpuroute/gpuroute/hostsim"
-	"github.com/gpuroute/gpuroute/plugin/fleet"
+	"github.com/gpuroute/gpuroute/plugin/shared"
 )
 
 // Tests that need several worker VMs, metrics callouts, responses and
@@ -475,15 +475,15 @@ func TestWorkersSeeEachOthersDispatches(t *testing.T) {
 func TestTickPatchesWorkRecords(t *testing.T) {
 	f := newTestFleet(t, 2, 4, "")
 	f.advance(time.Second)
-	v, _, ok := f.h.SharedData(testVMID, fleet.KeyRegistry)
-	var reg fleet.Registry
+	v, _, ok := f.h.SharedData(testVMID, shared.KeyRegistry)
+	var reg shared.Registry
 	if !ok || reg.Decode(v) != nil || len(reg.Workers) != 2 {
 		t.Fatalf("worker registry = %q (found %v), want two workers", v, ok)
 	}
-	record := func(worker uint64) fleet.WorkRecord {
+	record := func(worker uint64) shared.WorkRecord {
 		t.Helper()
-		var w fleet.WorkRecord
-		v, _, ok := f.h.SharedData(testVMID, fleet.WorkKey(worker))
+		var w shared.WorkRecord
+		v, _, ok := f.h.SharedData(testVMID, shared.WorkKey(worker))
 		if !ok {
 			t.Fatalf("no work record for worker %x", worker)
 		}
@@ -506,7 +506,7 @@ func TestTickPatchesWorkRecords(t *testing.T) {
 	}()
 	rate := map[uint64]float64{}
 	for tick := range 5 {
-		before := map[uint64]fleet.WorkRecord{}
+		before := map[uint64]shared.WorkRecord{}
 		for _, w := range reg.Workers {
 			before[w] = record(w)
 		}
@@ -550,7 +550,7 @@ func TestWorkersShareArrivalRate(t *testing.T) {
 
 // TestWorkersKeepIndexAcrossRebases: on BenchmarkRequestPath64's traffic
 // with four worker VMs, the shared prefix index gets new bases again and
-// again, and the workers go on with their own index (fleet.PrefixShare's
+// again, and the workers go on with their own index (shared.PrefixShare's
 // lineage) instead of decoding each: only a joining worker decodes one.
 // Every worker decoded every new base before (114 decodes of 38 bases in
 // 5,000 requests), each ~1.9 ms of guest time.
@@ -558,7 +558,7 @@ func TestWorkersKeepIndexAcrossRebases(t *testing.T) {
 	if testing.Short() {
 		t.Skip("3,000 requests through hostsim")
 	}
-	const encode, decode = "scoring.__PrefixIndex_.AppendBinary", "scoring.__PrefixIndex_.UnmarshalBinary"
+	const encode, decode = "scoring_prefix.__Index_.AppendBinary", "scoring_prefix.__Index_.UnmarshalBinary"
 	probe := hostsim.NewGuestProbe([]string{encode, decode})
 	f := newBenchFleetOf(t, hostsim.Options{Probe: probe}, benchShape{workers: 4})
 	for range 3000 {
@@ -682,12 +682,12 @@ func TestIdleWorkersLeaveIndexAlone(t *testing.T) {
 		f.route(i%4, strings.Repeat("shared system prompt. ", 40)+strconv.Itoa(i))
 	}
 	f.advance(300 * time.Millisecond) // every worker merges its dispatches
-	_, before, ok := f.h.SharedData(testVMID, fleet.KeyPrefixShare)
+	_, before, ok := f.h.SharedData(testVMID, shared.KeyPrefixShare)
 	if !ok {
 		t.Fatal("no shared prefix index after 8 dispatches")
 	}
 	f.advance(time.Second)
-	if _, after, _ := f.h.SharedData(testVMID, fleet.KeyPrefixShare); after != before {
+	if _, after, _ := f.h.SharedData(testVMID, shared.KeyPrefixShare); after != before {
 		t.Errorf("shared prefix index CAS went %d -> %d over 10 idle ticks, want it untouched", before, after)
 	}
 }
@@ -703,8 +703,8 @@ func TestPrefixShareTailAndBase(t *testing.T) {
 	f := newTestFleet(t, 3, 8, "")
 	f.advance(200 * time.Millisecond)
 	gen := func() uint64 {
-		v, _, ok := f.h.SharedData(testVMID, fleet.KeyPrefixShare)
-		var sh fleet.PrefixShare
+		v, _, ok := f.h.SharedData(testVMID, shared.KeyPrefixShare)
+		var sh shared.PrefixShare
 		if !ok || sh.Decode(v) != nil {
 			t.Fatalf("shared prefix index missing or unreadable (%d bytes)", len(v))
 		}
@@ -747,8 +747,8 @@ func TestPrefixShareTailAndBase(t *testing.T) {
 // readable one at the next merge, and routing goes on; what the workers
 // place afterwards is shared again.
 func TestPrefixShareGarbage(t *testing.T) {
-	good := fleet.AppendPrefixShareEntry(fleet.AppendPrefixShareHeader(nil, 1, 0, 0, 0), 0, []uint64{1, 2})
-	fleet.SetPrefixShareBase(good[:fleet.PrefixShareHeaderLen]) // base: nothing, so the entry is the tail
+	good := shared.AppendPrefixShareEntry(shared.AppendPrefixShareHeader(nil, 1, 0, 0, 0), 0, []uint64{1, 2})
+	shared.SetPrefixShareBase(good[:shared.PrefixShareHeaderLen]) // base: nothing, so the entry is the tail
 	for _, tc := range []struct {
 		name  string
 		value []byte
@@ -759,7 +759,7 @@ func TestPrefixShareGarbage(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newTestFleet(t, 2, 4, "")
 			f.advance(200 * time.Millisecond)
-			f.h.SetSharedData(testVMID, fleet.KeyPrefixShare, tc.value, 0)
+			f.h.SetSharedData(testVMID, shared.KeyPrefixShare, tc.value, 0)
 			system := strings.Repeat("a tenant's shared context. ", 400)
 			home := f.route(0, system+"first")
 			if home == "" {
@@ -769,8 +769,8 @@ func TestPrefixShareGarbage(t *testing.T) {
 			if logsWith(f.h, "shared prefix index unreadable") == 0 {
 				t.Errorf("no worker logged the unreadable shared prefix index")
 			}
-			v, _, _ := f.h.SharedData(testVMID, fleet.KeyPrefixShare)
-			var sh fleet.PrefixShare
+			v, _, _ := f.h.SharedData(testVMID, shared.KeyPrefixShare)
+			var sh shared.PrefixShare
 			if err := sh.Decode(v); err != nil {
 				t.Fatalf("shared prefix index after a merge: %v, want a readable one", err)
 			}
@@ -789,7 +789,7 @@ func TestPrefixShareGarbage(t *testing.T) {
 func TestPrefixShareGarbageLoggedOnce(t *testing.T) {
 	f := newTestFleet(t, 2, 4, "")
 	f.advance(200 * time.Millisecond)
-	f.h.SetSharedData(testVMID, fleet.KeyPrefixShare, []byte("not a share"), 0)
+	f.h.SetSharedData(testVMID, shared.KeyPrefixShare, []byte("not a share"), 0)
 	f.advance(time.Second) // 10 ticks per worker, nothing dispatched
 	if warned := logsWith(f.h, "shared prefix index unreadable"); warned != 2 {
 		t.Errorf("2 idle workers logged the same unreadable index %d times over 10 ticks, want once each", warned)
@@ -805,7 +805,7 @@ func TestScraperRole(t *testing.T) {
 	const status = `,"status_path":"/status"`
 	f := newTestFleet(t, 2, 2, status)
 	f.advance(time.Second)
-	if l := lease(t, f.h); l.Holder == 0 || l.Holder&fleet.ScraperBit != 0 {
+	if l := lease(t, f.h); l.Holder == 0 || l.Holder&shared.ScraperBit != 0 {
 		t.Fatalf("lease before the scraper = %+v, want a worker's", l)
 	}
 	if st := f.status(0); st.Scraping != "worker" {
@@ -819,21 +819,21 @@ func TestScraperRole(t *testing.T) {
 		t.Fatalf("Configure(scraper) = %v", err)
 	}
 	f.advance(time.Second)
-	if l := lease(t, f.h); l.Holder&fleet.ScraperBit == 0 {
-		t.Fatalf("lease with a scraper running = %+v, want the scraper's (holder with fleet.ScraperBit)", l)
+	if l := lease(t, f.h); l.Holder&shared.ScraperBit == 0 {
+		t.Fatalf("lease with a scraper running = %+v, want the scraper's (holder with shared.ScraperBit)", l)
 	}
 	for w := range f.vms {
 		if st := f.status(w); st.Leader || st.Scraping != "scraper" {
 			t.Errorf("worker %d status with the scraper running: leader %v, scraping %q; want false, \"scraper\"", w, st.Leader, st.Scraping)
 		}
 	}
-	v, _, ok := f.h.SharedData(testVMID, fleet.KeyRegistry)
-	var reg fleet.Registry
+	v, _, ok := f.h.SharedData(testVMID, shared.KeyRegistry)
+	var reg shared.Registry
 	if !ok || reg.Decode(v) != nil || len(reg.Workers) != 2 {
 		t.Fatalf("worker list = %v (found %v), want the 2 workers", reg.Workers, ok)
 	}
 	for _, id := range reg.Workers {
-		if id&fleet.ScraperBit != 0 {
+		if id&shared.ScraperBit != 0 {
 			t.Fatalf("worker list %v holds the scraper", reg.Workers)
 		}
 	}
@@ -857,16 +857,16 @@ func TestScraperRole(t *testing.T) {
 	if got := f.replicas[1].count() - before; got < 5 {
 		t.Fatalf("after the scraper left: %d scrapes in 2 s, want a worker scraping (≥ 5)", got)
 	}
-	if l := lease(t, f.h); l.Holder&fleet.ScraperBit != 0 {
+	if l := lease(t, f.h); l.Holder&shared.ScraperBit != 0 {
 		t.Errorf("lease after the scraper left = %+v, want a worker's", l)
 	}
 }
 
 // lease decodes the scrape lease in h's shared data.
-func lease(t *testing.T, h *hostsim.Host) fleet.Lease {
+func lease(t *testing.T, h *hostsim.Host) shared.Lease {
 	t.Helper()
-	var l fleet.Lease
-	v, _, ok := h.SharedData(testVMID, fleet.KeyLease)
+	var l shared.Lease
+	v, _, ok := h.SharedData(testVMID, shared.KeyLease)
 	if !ok || l.Decode(v) != nil {
 		t.Fatalf("scrape lease missing or unreadable (found %v)", ok)
 	}

@@ -8,7 +8,7 @@ import (
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
-	"github.com/gpuroute/gpuroute/plugin/fleet"
+	"github.com/gpuroute/gpuroute/plugin/shared"
 	"github.com/gpuroute/gpuroute/plugin/proxy"
 	"github.com/gpuroute/gpuroute/scoring"
 )
@@ -20,7 +20,7 @@ import (
 // gets (0.74), and the extra prefills tipped the fleet into overload. Each
 // gateway therefore journals its placements in shared data (KeyJournal) and
 // answers peer_path with the entries after a caller's cursor plus its
-// in-flight work per replica (fleet.PeerExport); every tick the scrape
+// in-flight work per replica (shared.PeerExport); every tick the scrape
 // leader asks each configured peer, queues the placements for the shared
 // prefix index (importBox) and publishes the peers' work for its workers
 // (keyRemoteWork), who add it to Replica.PeerWork like a local worker's.
@@ -48,7 +48,7 @@ const (
 	// rest on its next ask.
 	peerAnswerEntries = journalEntries
 	// keyRemoteWork holds the leader's sum of the peers' in-flight work
-	// (a fleet.WorkRecord) for the other workers of this gateway.
+	// (a shared.WorkRecord) for the other workers of this gateway.
 	keyRemoteWork = "gpuroute/remote-work"
 )
 
@@ -77,9 +77,9 @@ func (r *root) setupPeers() {
 	}
 	n := len(r.replicas)
 	r.peerToken = []byte(pe.Token)
-	r.journal = fleet.NewJournal(journalEntries, journalBlocks)
+	r.journal = shared.NewJournal(journalEntries, journalBlocks)
 	r.journalAppend = r.journal.Append
-	r.importBox = fleet.NewOutbox(journalEntries, journalBlocks)
+	r.importBox = shared.NewOutbox(journalEntries, journalBlocks)
 	r.importEntry = r.importPlacement
 	r.exportWork = make([]scoring.Work, n)
 	r.peerAddrs = make([]string, n)
@@ -122,14 +122,14 @@ func (r *root) servePeer(path []byte) types.Action {
 		r.journal.Reset(r.epochNonce(now), r.configID)
 		if buf, err := r.journal.AppendBinary(r.scratch[:0]); err == nil {
 			r.scratch = buf
-			_ = proxy.SetSharedData(fleet.KeyJournal, buf, 0)
+			_ = proxy.SetSharedData(shared.KeyJournal, buf, 0)
 		}
 		r.loadJournal() // a racing creator's journal wins: answer with it
 	}
 	rate := r.gatewayWork(now, r.exportWork)
 	epoch, since := queryUint(path, queryEpoch), queryUint(path, querySince)
 	status := uint32(200)
-	buf, err := fleet.AppendPeerExport(r.scratch[:0], r.journal, epoch, since, peerAnswerEntries, r.peerAddrs, r.exportWork, rate, now)
+	buf, err := shared.AppendPeerExport(r.scratch[:0], r.journal, epoch, since, peerAnswerEntries, r.peerAddrs, r.exportWork, rate, now)
 	if err != nil {
 		r.log.error("cannot encode a peer answer: " + err.Error())
 		status, buf = 500, nil
@@ -163,7 +163,7 @@ func (r *root) gatewayWork(now int64, dst []scoring.Work) (perSec float64) {
 // loadJournal decodes the gateway's journal into r.journal; false when
 // there is none or it belongs to another replica list.
 func (r *root) loadJournal() bool {
-	v, _, err := proxy.GetSharedData(fleet.KeyJournal)
+	v, _, err := proxy.GetSharedData(shared.KeyJournal)
 	return err == nil && r.journal.Decode(v) == nil && r.journal.ConfigID == r.configID
 }
 
@@ -174,7 +174,7 @@ func (r *root) journalDispatches(now int64) {
 		return
 	}
 	for range 3 {
-		v, cas, err := proxy.GetSharedData(fleet.KeyJournal)
+		v, cas, err := proxy.GetSharedData(shared.KeyJournal)
 		switch {
 		case err == proxy.ErrNotFound:
 			cas = 0
@@ -192,7 +192,7 @@ func (r *root) journalDispatches(now int64) {
 			return
 		}
 		r.scratch = buf
-		if proxy.SetSharedData(fleet.KeyJournal, buf, cas) != proxy.ErrCASMismatch {
+		if proxy.SetSharedData(shared.KeyJournal, buf, cas) != proxy.ErrCASMismatch {
 			return
 		}
 	}
@@ -201,11 +201,11 @@ func (r *root) journalDispatches(now int64) {
 // ownEpoch returns the epoch of this gateway's journal as shared data holds
 // it now (0: none), reading only its header.
 func (r *root) ownEpoch() uint64 {
-	v, _, err := proxy.GetSharedData(fleet.KeyJournal)
+	v, _, err := proxy.GetSharedData(shared.KeyJournal)
 	if err != nil {
 		return 0
 	}
-	e, _ := fleet.JournalEpoch(v)
+	e, _ := shared.JournalEpoch(v)
 	return e
 }
 
@@ -321,7 +321,7 @@ const (
 
 // mapPeerReplicas maps the peer's replica indices to ours by address (-1:
 // a replica this gateway does not route to).
-func (r *root) mapPeerReplicas(x *fleet.PeerExport) {
+func (r *root) mapPeerReplicas(x *shared.PeerExport) {
 	n := x.NumReplicas()
 	if cap(r.peerMap) < n {
 		r.peerMap = make([]int, n)

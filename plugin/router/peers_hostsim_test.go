@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/gpuroute/gpuroute/hostsim"
-	"github.com/gpuroute/gpuroute/plugin/fleet"
+	"github.com/gpuroute/gpuroute/plugin/shared"
 )
 
 // Tests of the gateway peer exchange (peers.go): two hostsim Hosts are two
@@ -189,7 +189,7 @@ func TestPeerEndpoint(t *testing.T) {
 				}
 				return
 			}
-			var x fleet.PeerExport
+			var x shared.PeerExport
 			if err := x.Decode(lr.Body); err != nil {
 				t.Fatalf("answer does not decode: %v", err)
 			}

@@ -7,11 +7,12 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/gpuroute/gpuroute/plugin/config"
-	"github.com/gpuroute/gpuroute/plugin/fleet"
+	"github.com/gpuroute/gpuroute/plugin/shared"
 	"github.com/gpuroute/gpuroute/plugin/metrics"
 	"github.com/gpuroute/gpuroute/plugin/openai"
 	"github.com/gpuroute/gpuroute/plugin/proxy"
 	"github.com/gpuroute/gpuroute/scoring"
+	"github.com/gpuroute/gpuroute/scoring/prefix"
 )
 
 // Capacity bounds of one root's per-request state, allocated once at
@@ -21,7 +22,7 @@ const (
 	maxChainBytes = 1 << 20 // prompt characters hashed into the chain
 	outboxEntries = 256     // dispatches between two prefix-index merges
 	// shareSeenSlots sizes the set that drops the placements a merge
-	// appended already (fleet.Seen): it holds 2,048, the checkpoints of
+	// appended already (shared.Seen): it holds 2,048, the checkpoints of
 	// 62 dispatches of distinct 32 KB prompts or of many more that share
 	// prefixes; past that the rest of the outbox is appended whole.
 	shareSeenSlots = 4096
@@ -56,13 +57,13 @@ type root struct {
 	calibrators []scoring.Calibrator
 	params      scoring.Params
 	ledger      *scoring.Ledger
-	index       *scoring.PrefixIndex
-	hasher      scoring.PrefixHasher
+	index       *prefix.Index
+	hasher      prefix.Hasher
 	// textMemo is the parser's writer: the hasher with a memo of the long
 	// strings it hashed (openai.Memo), so that a system prompt or a turn
 	// met again is compared and its blocks replayed, not decoded and
 	// hashed again (BenchmarkParseTextRouter/memo).
-	textMemo scoring.PrefixMemo
+	textMemo prefix.Memo
 	parser   openai.Parser
 	request  openai.Request
 	decision scoring.Decision
@@ -84,11 +85,11 @@ type root struct {
 	worker    uint64
 	workerKey string
 	leader    bool
-	snap      fleet.Snapshot
+	snap      shared.Snapshot
 	snapCAS   uint32
-	outbox    *fleet.Outbox
+	outbox    *shared.Outbox
 	// shareGen and shareEnd say how much of the shared prefix index
-	// (fleet.PrefixShare) the local index holds: the base of generation
+	// (shared.PrefixShare) the local index holds: the base of generation
 	// shareGen and its tail up to byte shareEnd; an idle worker skips a
 	// value it already found unreadable (shareBadCAS) instead of logging
 	// it every tick. shareAppend appends an outbox entry to scratch,
@@ -98,10 +99,10 @@ type root struct {
 	shareEnd     int
 	shareBadCAS  uint32 // CAS of the last value found unreadable (0: none)
 	shareAppend  func(replica int, checkpoints []uint64)
-	shareSeen    *fleet.Seen
+	shareSeen    *shared.Seen
 	shareFresh   []uint64
 	shareScratch []uint64
-	board        fleet.Board
+	board        shared.Board
 	workKeys     []string // the work-record keys of the workers in workKeysOf
 	workKeysOf   []uint64
 	// What Replica.PeerWork holds was gathered (gatherPeerWork) with the
@@ -110,12 +111,12 @@ type root struct {
 	peerWorkSet    bool
 	localGathered  bool
 	remoteGathered uint64
-	record         fleet.WorkRecord
+	record         shared.WorkRecord
 	workBuf        []byte // record's encoding, patched in place per request
 	workMoved      []int  // refreshWork's scratch
-	registry       fleet.Registry
+	registry       shared.Registry
 	// adapters and peerAdapters carry LoRA placements between workers.
-	adapters, peerAdapters fleet.AdapterRecord
+	adapters, peerAdapters shared.AdapterRecord
 	registered             bool
 	keyScratch             []byte
 	// checkpoints is scratch for a dispatch's chain reduced to the hashes
@@ -142,9 +143,9 @@ type root struct {
 	// Gateway peer exchange (peers.go): the journal of this gateway's
 	// placements, placements imported from peers awaiting the next merge,
 	// the leader's links to the peers and the peers' summed work.
-	journal       *fleet.Journal
+	journal       *shared.Journal
 	journalAppend func(replica int, chain []uint64)
-	importBox     *fleet.Outbox
+	importBox     *shared.Outbox
 	importEntry   func(replica int, chain []uint64)
 	peerToken     []byte
 	peerAddrs     []string
@@ -152,8 +153,8 @@ type root struct {
 	exportWork    []scoring.Work
 	peers         []peerLink
 	peerDone      []func(numHeaders, bodySize, numTrailers int)
-	peerExport    fleet.PeerExport
-	remote        fleet.WorkRecord
+	peerExport    shared.PeerExport
+	remote        shared.WorkRecord
 	remoteWork    []scoring.Work
 	remoteRate    float64 // the peer gateways' dispatch rate, with remoteWork
 	remoteNanos   int64
@@ -221,7 +222,7 @@ func (r *root) setup(cfg *config.Config) error {
 	for i := range cfg.Replicas {
 		names[i] = cfg.Replicas[i].Name + "\x00" + cfg.Replicas[i].AddressText
 	}
-	r.configID = fleet.ConfigIDOf(names)
+	r.configID = shared.ConfigIDOf(names)
 	type parserKey struct {
 		engine metrics.Engine
 		names  metrics.Names
@@ -236,7 +237,7 @@ func (r *root) setup(cfg *config.Config) error {
 		r.priors[i] = hw
 		r.replicas[i] = scoring.Replica{
 			Addr:             c.AddressText,
-			AddrHash:         scoring.HashString(c.AddressText),
+			AddrHash:         prefix.HashString(c.AddressText),
 			Engine:           c.Engine.String(),
 			Hardware:         hw,
 			AdapterSlots:     c.AdapterSlots,
@@ -262,21 +263,21 @@ func (r *root) setup(cfg *config.Config) error {
 	}
 	r.applyDrains()
 	r.ledger = scoring.NewLedger(r.params, n, maxInFlight)
-	r.index = scoring.NewPrefixIndex(scoring.IndexConfig{BlockChars: cfg.BlockChars, MaxReplicas: n,
+	r.index = prefix.NewIndex(prefix.IndexConfig{BlockChars: cfg.BlockChars, MaxReplicas: n,
 		Stride: indexStride, MaxEntries: indexEntries(cfg.BlockChars, r.priors)})
 	for i := range r.priors {
 		r.index.SetCapacityTokens(i, r.priors[i].KVCapacityTokens)
 	}
 	r.hasher.Init(cfg.BlockChars, maxChainBytes/cfg.BlockChars)
 	r.textMemo.Init(&r.hasher, 0, 0, 0)
-	r.outbox = fleet.NewOutbox(outboxEntries, outboxHashes)
+	r.outbox = shared.NewOutbox(outboxEntries, outboxHashes)
 	r.checkpoints = make([]uint64, 0, outboxHashes)
 	r.shareScratch = make([]uint64, outboxHashes)
-	r.shareSeen = fleet.NewSeen(shareSeenSlots)
+	r.shareSeen = shared.NewSeen(shareSeenSlots)
 	r.shareFresh = make([]uint64, 0, outboxHashes)
 	r.shareAppend = func(replica int, checkpoints []uint64) {
 		r.shareFresh = r.shareSeen.AppendNew(r.shareFresh[:0], replica, checkpoints)
-		r.scratch = fleet.AppendPrefixShareEntry(r.scratch, replica, r.shareFresh)
+		r.scratch = shared.AppendPrefixShareEntry(r.scratch, replica, r.shareFresh)
 	}
 	r.adapterHeld = make([]int, n)
 	r.adapterRecent = make([]bool, n)
@@ -359,7 +360,7 @@ func (r *root) recordPrefix(replica int, checkpoints []uint64) {
 // indexEntries sizes the prefix index to the fleet: one checkpoint per
 // indexStride blocks of every replica's KV cache, with a quarter of slack.
 func indexEntries(blockChars int, profiles []scoring.Hardware) int {
-	tokensPerEntry := max(indexStride*blockChars/scoring.CharsPerToken, 1)
+	tokensPerEntry := max(indexStride*blockChars/prefix.CharsPerToken, 1)
 	total := 0
 	for i := range profiles {
 		total += profiles[i].KVCapacityTokens / tokensPerEntry

@@ -28,7 +28,7 @@ const (
 	// HeaderDecision is the opt-in response header explaining the decision.
 	HeaderDecision = "x-gpuroute-decision"
 
-	// Shared-data key beyond the fleet package's (snapshot, lease, worker
+	// Shared-data key beyond the shared package's (snapshot, lease, worker
 	// list, work records, prefix share): the worker id counter.
 	keyWorkerID = "gpuroute/worker-seq"
 

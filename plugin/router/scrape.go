@@ -3,7 +3,7 @@ package router
 import (
 	"strconv"
 
-	"github.com/gpuroute/gpuroute/plugin/fleet"
+	"github.com/gpuroute/gpuroute/plugin/shared"
 	"github.com/gpuroute/gpuroute/plugin/proxy"
 )
 
@@ -39,7 +39,7 @@ func (r *root) scrape(now int64) {
 		_, err := proxy.DispatchHttpCall(c.MetricsCluster, hdrs, nil, nil, r.cfg.ScrapeTimeoutMillis, r.scrapeDone[i])
 		if err != nil {
 			r.stats.add(r.stats.scrapeFailures, 1)
-			r.snap.Replicas[i].ApplyFailure(fleet.ScrapeTimeout, 0, now)
+			r.snap.Replicas[i].ApplyFailure(shared.ScrapeTimeout, 0, now)
 			r.log.warn("cannot scrape " + c.Name + " through cluster " + c.MetricsCluster + ": " + err.Error())
 			continue
 		}
@@ -78,27 +78,27 @@ func (r *root) scraped(i, numHeaders, bodySize int) {
 	s := &r.snap.Replicas[i]
 	switch {
 	case numHeaders == 0:
-		r.scrapeFailed(i, fleet.ScrapeTimeout, 0, now, nil)
+		r.scrapeFailed(i, shared.ScrapeTimeout, 0, now, nil)
 	default:
 		status := 0
 		if v, err := proxy.GetHeaderMapValue(proxy.MapTypeHttpCallResponseHeaders, ":status"); err == nil {
 			status, _ = strconv.Atoi(string(v))
 		}
 		if status < 200 || status > 299 {
-			r.scrapeFailed(i, fleet.ScrapeHTTPStatus, status, now, nil)
+			r.scrapeFailed(i, shared.ScrapeHTTPStatus, status, now, nil)
 			break
 		}
 		body, err := proxy.GetBufferBytes(proxy.BufferTypeHttpCallResponseBody, 0, uint32(bodySize))
 		if err != nil {
-			r.scrapeFailed(i, fleet.ScrapeGarbage, status, now, err)
+			r.scrapeFailed(i, shared.ScrapeGarbage, status, now, err)
 			break
 		}
 		// Bad lines are skipped and the rest used; a body without samples
 		// or cut short counts as a failed scrape and changes no figure
-		// (fleet.Replica.ApplySample).
+		// (shared.Replica.ApplySample).
 		err = r.parsers[i].Parse(body, &r.sample)
 		s.ApplySample(&r.sample, now)
-		if s.LastError != fleet.ScrapeOK {
+		if s.LastError != shared.ScrapeOK {
 			r.stats.add(r.stats.scrapeFailures, 1)
 			r.warnFailing(i, err)
 		} else {
@@ -114,7 +114,7 @@ func (r *root) scraped(i, numHeaders, bodySize int) {
 	}
 }
 
-func (r *root) scrapeFailed(i int, kind fleet.ScrapeError, status int, now int64, err error) {
+func (r *root) scrapeFailed(i int, kind shared.ScrapeError, status int, now int64, err error) {
 	r.snap.Replicas[i].ApplyFailure(kind, uint16(min(max(status, 0), 999)), now)
 	r.stats.add(r.stats.scrapeFailures, 1)
 	r.warnFailing(i, err)
@@ -128,7 +128,7 @@ func (r *root) warnFailing(i int, err error) {
 		return
 	}
 	why := s.LastError.String()
-	if s.LastError == fleet.ScrapeHTTPStatus {
+	if s.LastError == shared.ScrapeHTTPStatus {
 		why += " " + strconv.Itoa(int(s.HTTPStatus))
 	}
 	if err != nil {
@@ -152,7 +152,7 @@ func (r *root) publish(now int64) {
 		return
 	}
 	r.scratch = buf
-	if err := proxy.SetSharedData(fleet.KeySnapshot, buf, 0); err != nil {
+	if err := proxy.SetSharedData(shared.KeySnapshot, buf, 0); err != nil {
 		r.log.warn("cannot publish the fleet snapshot: " + err.Error())
 		return
 	}

@@ -4,10 +4,11 @@ import (
 	"slices"
 	"time"
 
-	"github.com/gpuroute/gpuroute/plugin/fleet"
+	"github.com/gpuroute/gpuroute/plugin/shared"
 	"github.com/gpuroute/gpuroute/plugin/internal/gcdrive"
 	"github.com/gpuroute/gpuroute/plugin/proxy"
 	"github.com/gpuroute/gpuroute/scoring"
+	"github.com/gpuroute/gpuroute/scoring/prefix"
 )
 
 // sweepAfter drops a flight whose response callbacks never came (a lost
@@ -62,7 +63,7 @@ func (r *root) tick(now int64) {
 // join takes a worker id and adds it to the shared worker list so the other
 // workers read this one's in-flight work. Ids come from a CAS counter; the
 // list is updated with CAS too (a lost race retries on the next tick). A
-// scraper's id carries fleet.ScraperBit and is not listed: it has no work
+// scraper's id carries shared.ScraperBit and is not listed: it has no work
 // for the workers to read on every request.
 func (r *root) join(now int64) {
 	if r.worker == 0 {
@@ -71,14 +72,14 @@ func (r *root) join(now int64) {
 			return
 		}
 		if r.cfg.Scraper {
-			r.worker, r.registered = id|fleet.ScraperBit, true
+			r.worker, r.registered = id|shared.ScraperBit, true
 			return
 		}
 		r.worker = id
-		r.workerKey = fleet.WorkKey(id)
+		r.workerKey = shared.WorkKey(id)
 		r.record.Worker = id
 	}
-	v, cas, err := proxy.GetSharedData(fleet.KeyRegistry)
+	v, cas, err := proxy.GetSharedData(shared.KeyRegistry)
 	switch {
 	case err == proxy.ErrNotFound:
 		r.registry.Workers = r.registry.Workers[:0]
@@ -100,7 +101,7 @@ func (r *root) join(now int64) {
 		return
 	}
 	r.scratch = buf
-	if proxy.SetSharedData(fleet.KeyRegistry, buf, cas) == nil {
+	if proxy.SetSharedData(shared.KeyRegistry, buf, cas) == nil {
 		r.registered = true
 	}
 }
@@ -110,11 +111,11 @@ func (r *root) join(now int64) {
 // effort.
 func (r *root) leave() {
 	if r.leader {
-		if v, cas, err := proxy.GetSharedData(fleet.KeyLease); err == nil {
-			var cur fleet.Lease
+		if v, cas, err := proxy.GetSharedData(shared.KeyLease); err == nil {
+			var cur shared.Lease
 			if cur.Decode(v) == nil && cur.Holder == r.worker {
-				buf, _ := fleet.Lease{}.AppendBinary(r.scratch[:0])
-				_ = proxy.SetSharedData(fleet.KeyLease, buf, cas)
+				buf, _ := shared.Lease{}.AppendBinary(r.scratch[:0])
+				_ = proxy.SetSharedData(shared.KeyLease, buf, cas)
 			}
 		}
 		r.leader = false
@@ -123,7 +124,7 @@ func (r *root) leave() {
 		return
 	}
 	for range 3 {
-		v, cas, err := proxy.GetSharedData(fleet.KeyRegistry)
+		v, cas, err := proxy.GetSharedData(shared.KeyRegistry)
 		if err != nil || r.registry.Decode(v) != nil {
 			return
 		}
@@ -133,7 +134,7 @@ func (r *root) leave() {
 			return
 		}
 		r.scratch = buf
-		if proxy.SetSharedData(fleet.KeyRegistry, buf, cas) != proxy.ErrCASMismatch {
+		if proxy.SetSharedData(shared.KeyRegistry, buf, cas) != proxy.ErrCASMismatch {
 			return
 		}
 	}
@@ -143,7 +144,7 @@ func (r *root) leave() {
 // nonce: two workers creating the missing key at once both succeed (Envoy
 // ignores CAS on a missing key, ABI.md §3.2), and the re-read tells the loser.
 func (r *root) nextWorkerID(now int64) (uint64, bool) {
-	nonce := uint64(now) ^ uint64(r.id)<<40 ^ scoring.HashString(string(r.log))
+	nonce := uint64(now) ^ uint64(r.id)<<40 ^ prefix.HashString(string(r.log))
 	var buf [16]byte
 	for range 8 {
 		v, cas, err := proxy.GetSharedData(keyWorkerID)
@@ -169,7 +170,7 @@ func (r *root) nextWorkerID(now int64) (uint64, bool) {
 	return 0, false
 }
 
-// holdLease runs one step of the leader lease (fleet.LeaseStep). A lease
+// holdLease runs one step of the leader lease (shared.LeaseStep). A lease
 // created on a missing key is confirmed by a re-read, because that set
 // ignores CAS and two workers may both have "created" it.
 func (r *root) holdLease(now int64) {
@@ -178,9 +179,9 @@ func (r *root) holdLease(now int64) {
 		return
 	}
 	ttl := int64(r.cfg.LeaseMillis) * int64(time.Millisecond)
-	v, cas, err := proxy.GetSharedData(fleet.KeyLease)
+	v, cas, err := proxy.GetSharedData(shared.KeyLease)
 	found := err == nil
-	var cur fleet.Lease
+	var cur shared.Lease
 	if found && cur.Decode(v) != nil {
 		found = false // garbage: claim it, with the CAS we read
 	}
@@ -188,14 +189,14 @@ func (r *root) holdLease(now int64) {
 		r.leader = false
 		return
 	}
-	next, write, leader := fleet.LeaseStep(cur, found, r.worker, now, ttl)
+	next, write, leader := shared.LeaseStep(cur, found, r.worker, now, ttl)
 	if write {
 		buf, _ := next.AppendBinary(r.scratch[:0])
 		r.scratch = buf
-		if proxy.SetSharedData(fleet.KeyLease, buf, cas) != nil {
+		if proxy.SetSharedData(shared.KeyLease, buf, cas) != nil {
 			leader = false
 		} else if cas == 0 {
-			v, _, err := proxy.GetSharedData(fleet.KeyLease)
+			v, _, err := proxy.GetSharedData(shared.KeyLease)
 			leader = err == nil && cur.Decode(v) == nil && cur.Holder == r.worker
 		}
 	}
@@ -213,7 +214,7 @@ func (r *root) holdLease(now int64) {
 // The leader applies its own scrapes as they arrive (scrape.go) and reads
 // back what it published like everyone else.
 func (r *root) readSnapshot() {
-	v, cas, err := proxy.GetSharedData(fleet.KeySnapshot)
+	v, cas, err := proxy.GetSharedData(shared.KeySnapshot)
 	if err != nil || cas == r.snapCAS {
 		return
 	}
@@ -228,7 +229,7 @@ func (r *root) readSnapshot() {
 		if len(s.Replicas) != len(r.replicas) {
 			s.Replicas = s.Replicas[:0]
 			for range r.replicas {
-				s.Replicas = append(s.Replicas, fleet.Replica{MaxAdapters: -1})
+				s.Replicas = append(s.Replicas, shared.Replica{MaxAdapters: -1})
 			}
 		}
 		return
@@ -264,7 +265,7 @@ func (r *root) applySnapshot() {
 			if a.Waiting {
 				tier = scoring.TierStorage
 			}
-			rep.Adapters = append(rep.Adapters, scoring.Adapter{Name: a.Name, Tier: tier, Active: true, Hash: scoring.HashString(a.Name)})
+			rep.Adapters = append(rep.Adapters, scoring.Adapter{Name: a.Name, Tier: tier, Active: true, Hash: prefix.HashString(a.Name)})
 		}
 		// Metrics that keep failing rule the replica out; a single failure
 		// only ages its figures (Pick treats stale as uncertain). Health and
@@ -288,7 +289,7 @@ func (r *root) exchangeWork(now int64) {
 	}
 	r.ledger.SyncSnapshots(r.replicas)
 	r.refreshWork(now)
-	if v, _, err := proxy.GetSharedData(fleet.KeyRegistry); err == nil && r.registry.Decode(v) == nil {
+	if v, _, err := proxy.GetSharedData(shared.KeyRegistry); err == nil && r.registry.Decode(v) == nil {
 		r.board.Retain(r.registry.Workers)
 	}
 	r.gatherPeerWork(now)
@@ -310,7 +311,7 @@ func (r *root) refreshWork(now int64) {
 		}
 	}
 	r.workMoved = moved
-	if len(moved) > fleet.MaxPatches || len(r.record.Work) == 0 {
+	if len(moved) > shared.MaxPatches || len(r.record.Work) == 0 {
 		r.writeWork(now)
 		return
 	}
@@ -357,7 +358,7 @@ func (r *root) writeWork(now int64) {
 
 // gatherPeerWork sets Replica.PeerWork to the other workers' work plus what
 // the peer gateways reported (peers.go), rewriting only the replicas whose
-// sum moved since the last call (fleet.Board.Gather) unless the peer
+// sum moved since the last call (shared.Board.Gather) unless the peer
 // gateways' sum or whether the board counts changed.
 func (r *root) gatherPeerWork(now int64) {
 	local := r.worker != 0 && len(r.registry.Workers) > 1
@@ -416,7 +417,7 @@ func (r *root) refreshBoard() {
 		r.workKeysOf = append(r.workKeysOf[:0], r.registry.Workers...)
 		r.workKeys = r.workKeys[:0]
 		for _, w := range r.workKeysOf {
-			r.workKeys = append(r.workKeys, fleet.WorkKey(w))
+			r.workKeys = append(r.workKeys, shared.WorkKey(w))
 		}
 	}
 	for i, w := range r.workKeysOf {
@@ -430,7 +431,7 @@ func (r *root) refreshBoard() {
 }
 
 // mergePrefixes shares the prefix index between the worker VMs (a
-// fleet.PrefixShare: a base and a tail of placements): it applies the
+// shared.PrefixShare: a base and a tail of placements): it applies the
 // placements the other workers appended since this worker last looked
 // (all of base and tail when the base changed), then appends this
 // worker's dispatches since the last tick and the placements imported
@@ -445,16 +446,16 @@ func (r *root) refreshBoard() {
 // The request path records a dispatch in the local index at once, so the
 // merge appends the outbox without applying it again, except after a new
 // base replaced the local index. A new base continues the generation it
-// was written over (fleet.PrefixShare.Prev): its tail repeats that
+// was written over (shared.PrefixShare.Prev): its tail repeats that
 // generation's from where this worker's previous merge left it, then the
 // writer's dispatches (which the base also holds), so that the workers that
 // merged since go on at the same entry without decoding the base.
 func (r *root) mergePrefixes(now int64) {
 	pending := r.outbox.Len() > 0 || (r.importBox != nil && r.importBox.Len() > 0)
 	for range 3 {
-		var sh fleet.PrefixShare
+		var sh shared.PrefixShare
 		gen0, end0 := r.shareGen, r.shareEnd // where the last merge left the index
-		v, cas, err := proxy.GetSharedData(fleet.KeyPrefixShare)
+		v, cas, err := proxy.GetSharedData(shared.KeyPrefixShare)
 		fresh := false // write a new base rather than append
 		switch {
 		case err == proxy.ErrNotFound:
@@ -499,8 +500,8 @@ func (r *root) mergePrefixes(now int64) {
 				prev, from = gen, end0
 			}
 			r.shareGen = r.epochNonce(now)
-			r.scratch = fleet.AppendPrefixShareHeader(r.scratch[:0], r.shareGen, prev, from, end)
-			if r.scratch, err = r.index.AppendBinary(r.scratch); err != nil || !fleet.SetPrefixShareBase(r.scratch) {
+			r.scratch = shared.AppendPrefixShareHeader(r.scratch[:0], r.shareGen, prev, from, end)
+			if r.scratch, err = r.index.AppendBinary(r.scratch); err != nil || !shared.SetPrefixShareBase(r.scratch) {
 				r.shareGen, r.shareEnd = gen, end
 				return
 			}
@@ -521,7 +522,7 @@ func (r *root) mergePrefixes(now int64) {
 			}
 			r.shareEnd = len(r.scratch) - (len(v) - len(sh.Tail))
 		}
-		if proxy.SetSharedData(fleet.KeyPrefixShare, r.scratch, cas) == nil {
+		if proxy.SetSharedData(shared.KeyPrefixShare, r.scratch, cas) == nil {
 			r.journalDispatches(now)
 			r.outbox.Reset()
 			if r.importBox != nil {
@@ -557,7 +558,7 @@ const shareMerges = 4
 // dispatches not yet shared (the base replaced the index that held them).
 // It returns false, with the index cleared but for those dispatches and
 // the reason logged, when v cannot be read.
-func (r *root) applyShare(v []byte, sh *fleet.PrefixShare) bool {
+func (r *root) applyShare(v []byte, sh *shared.PrefixShare) bool {
 	err := sh.Decode(v)
 	switch {
 	case err != nil || sh.Gen == r.shareGen && r.shareEnd <= len(sh.Tail):
@@ -580,7 +581,7 @@ func (r *root) applyShare(v []byte, sh *fleet.PrefixShare) bool {
 		r.index.Clear()
 		r.outbox.Each(r.recordPrefix) // the new base must carry them
 		r.shareGen, r.shareEnd = 0, 0
-		*sh = fleet.PrefixShare{}
+		*sh = shared.PrefixShare{}
 		return false
 	}
 	return true
@@ -623,14 +624,14 @@ func (r *root) exchangeAdapters(now int64) {
 	r.adapters.Placements = r.ledger.AppendAdapterPlacements(r.adapters.Placements[:0], now)
 	if buf, err := r.adapters.AppendBinary(r.scratch[:0]); err == nil {
 		r.scratch = buf
-		r.keyScratch = fleet.AppendAdapterKey(r.keyScratch[:0], r.worker)
+		r.keyScratch = shared.AppendAdapterKey(r.keyScratch[:0], r.worker)
 		_ = proxy.SetSharedData(string(r.keyScratch), buf, 0) // our own key
 	}
 	for _, w := range r.registry.Workers {
 		if w == r.worker {
 			continue
 		}
-		r.keyScratch = fleet.AppendAdapterKey(r.keyScratch[:0], w)
+		r.keyScratch = shared.AppendAdapterKey(r.keyScratch[:0], w)
 		v, _, err := proxy.GetSharedData(string(r.keyScratch))
 		if err != nil || r.peerAdapters.Decode(v) != nil || r.peerAdapters.ConfigID != r.configID {
 			continue

@@ -8,7 +8,7 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/gpuroute/gpuroute/plugin/config"
-	"github.com/gpuroute/gpuroute/plugin/fleet"
+	"github.com/gpuroute/gpuroute/plugin/shared"
 	"github.com/gpuroute/gpuroute/plugin/proxy"
 	"github.com/gpuroute/gpuroute/scoring"
 )
@@ -48,12 +48,12 @@ func (r *root) unavailableBody(d *scoring.Decision) []byte {
 // config.RoleScraper service), "worker", or "nobody" (none valid now), so
 // an operator sees that a worker not leading is expected.
 func (r *root) scrapingBy(now int64) string {
-	var l fleet.Lease
-	v, _, err := proxy.GetSharedData(fleet.KeyLease)
+	var l shared.Lease
+	v, _, err := proxy.GetSharedData(shared.KeyLease)
 	switch {
 	case err != nil || l.Decode(v) != nil || l.Holder == 0 || l.ExpiresNanos <= now:
 		return "nobody"
-	case l.Holder&fleet.ScraperBit != 0:
+	case l.Holder&shared.ScraperBit != 0:
 		return config.RoleScraper
 	}
 	return config.RoleWorker

@@ -8,6 +8,7 @@ import (
 	"github.com/gpuroute/gpuroute/plugin/openai"
 	"github.com/gpuroute/gpuroute/plugin/proxy"
 	"github.com/gpuroute/gpuroute/scoring"
+	"github.com/gpuroute/gpuroute/scoring/prefix"
 )
 
 // stream is one HTTP request's context, recycled through root.free.
@@ -409,7 +410,7 @@ const calibrationMaxWaitShare = 0.1
 // hashes so that building it allocates nothing.
 func adapterKey(model, adapter string) uint64 {
 	const salt = 0x6c6f72612d6b6579 // "lora-key"
-	return scoring.HashString(adapter) ^ bits.RotateLeft64(scoring.HashString(model), 29) ^ salt
+	return prefix.HashString(adapter) ^ bits.RotateLeft64(prefix.HashString(model), 29) ^ salt
 }
 
 // maxInterned bounds the model names a root remembers as strings.
@@ -423,7 +424,7 @@ const maxInterned = 256
 // the name and compared it byte by byte.
 func (r *root) resolveModel(model []byte) (base, adapter string) {
 	last := &r.lastModel
-	if last.ok && scoring.SameBytes(model, last.name) {
+	if last.ok && prefix.SameBytes(model, last.name) {
 		return last.base, last.adapter
 	}
 	base, adapter = r.lookupModel(model)

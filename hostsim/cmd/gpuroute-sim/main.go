@@ -19,12 +19,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpuroute/gpuroute/hostsim/fleet"
+	"github.com/gpuroute/gpuroute/hostsim/fleetsim"
 )
 
 // wasmPolicy is the registry name of gpuroute's own policy: the plugin
-// module driven through hostsim (fleet.GPURoute), registered in init.
-const wasmPolicy = fleet.GPURouteName
+// module driven through hostsim (fleetsim.GPURoute), registered in init.
+const wasmPolicy = fleetsim.GPURouteName
 
 // The demo's gateway comparison: gpuroute in two gateway instances of four
 // worker VMs each, with the peer exchange and with gateways that share
@@ -36,16 +36,16 @@ const (
 )
 
 func init() {
-	fleet.Register(wasmPolicy, fleet.NewGPURoute)
-	fleet.Register(wasmTwoGateways, twoGateways(wasmTwoGateways, false))
-	fleet.Register(wasmIsolated, twoGateways(wasmIsolated, true))
+	fleetsim.Register(wasmPolicy, fleetsim.NewGPURoute)
+	fleetsim.Register(wasmTwoGateways, twoGateways(wasmTwoGateways, false))
+	fleetsim.Register(wasmIsolated, twoGateways(wasmIsolated, true))
 }
 
 // twoGateways builds the gpuroute policy as two gateways of four workers.
-func twoGateways(name string, isolated bool) fleet.Factory {
-	return func(o fleet.PolicyOptions) (fleet.Policy, error) {
+func twoGateways(name string, isolated bool) fleetsim.Factory {
+	return func(o fleetsim.PolicyOptions) (fleetsim.Policy, error) {
 		o.Gateways, o.Workers, o.IsolatedGateways = 2, 4, isolated
-		p, err := fleet.NewGPURoute(o)
+		p, err := fleetsim.NewGPURoute(o)
 		if err != nil {
 			return nil, err
 		}
@@ -55,7 +55,7 @@ func twoGateways(name string, isolated bool) fleet.Factory {
 
 // renamed reports a policy under another name in tables and reports.
 type renamed struct {
-	fleet.Policy
+	fleetsim.Policy
 	name string
 }
 
@@ -86,12 +86,12 @@ func main() {
 func run(args []string) error {
 	var o options
 	fs := flag.NewFlagSet("gpuroute-sim", flag.ContinueOnError)
-	fs.StringVar(&o.workload, "workload", "", "workload to run: "+strings.Join(fleet.WorkloadNames, ", ")+" (default: the demo suite)")
+	fs.StringVar(&o.workload, "workload", "", "workload to run: "+strings.Join(fleetsim.WorkloadNames, ", ")+" (default: the demo suite)")
 	fs.StringVar(&o.trace, "trace", "", "replay a Mooncake .jsonl or Azure .csv trace instead of a workload")
 	fs.IntVar(&o.limit, "limit", 0, "with --trace: replay only the first N requests")
 	fs.IntVar(&o.replicas, "replicas", 0, "number of replicas (default: the workload's fleet)")
 	fs.StringVar(&o.hardware, "hardware", "", `fleet hardware: "h100" or "h100:4,a100:2,l4:2" (default: the workload's)`)
-	fs.StringVar(&o.engine, "engine", fleet.EngineVLLM, "model server whose metrics format the replicas serve: vllm, sglang or tgi")
+	fs.StringVar(&o.engine, "engine", fleetsim.EngineVLLM, "model server whose metrics format the replicas serve: vllm, sglang or tgi")
 	fs.StringVar(&o.policies, "policies", "", "comma-separated policies (default: all baselines, and gpuroute when available)")
 	fs.IntVar(&o.workers, "workers", 2, "worker VMs per gateway for the gpuroute policy (Envoy's --concurrency)")
 	fs.IntVar(&o.parallel, "parallel", runtime.NumCPU(), "policies simulated at once")
@@ -109,15 +109,15 @@ func run(args []string) error {
 		return err
 	}
 	if o.list {
-		fmt.Println("workloads:", strings.Join(fleet.WorkloadNames, ", "), "(or --trace FILE)")
-		fmt.Println("policies: ", strings.Join(fleet.Policies(), ", "))
-		if !slices.Contains(fleet.Policies(), wasmPolicy) {
+		fmt.Println("workloads:", strings.Join(fleetsim.WorkloadNames, ", "), "(or --trace FILE)")
+		fmt.Println("policies: ", strings.Join(fleetsim.Policies(), ", "))
+		if !slices.Contains(fleetsim.Policies(), wasmPolicy) {
 			fmt.Println("          (" + wasmPolicy + ": not available in this build)")
 		}
 		return nil
 	}
 
-	if !slices.Contains([]string{fleet.EngineVLLM, fleet.EngineSGLang, fleet.EngineTGI}, o.engine) {
+	if !slices.Contains([]string{fleetsim.EngineVLLM, fleetsim.EngineSGLang, fleetsim.EngineTGI}, o.engine) {
 		return errors.New("unknown --engine " + fmt.Sprintf("%q", o.engine) + " (have vllm, sglang, tgi)")
 	}
 	names, err := pickPolicies(o.policies)
@@ -128,15 +128,15 @@ func run(args []string) error {
 		return errors.New("--seeds must be >= 1, got " + strconv.Itoa(o.seeds))
 	}
 	var runs []demoRun // policies nil: names
-	generate := func(name string) func(int64) (*fleet.Workload, error) {
-		return func(seed int64) (*fleet.Workload, error) {
-			return fleet.Generate(name, fleet.WorkloadOptions{Seed: seed, Duration: o.duration})
+	generate := func(name string) func(int64) (*fleetsim.Workload, error) {
+		return func(seed int64) (*fleetsim.Workload, error) {
+			return fleetsim.Generate(name, fleetsim.WorkloadOptions{Seed: seed, Duration: o.duration})
 		}
 	}
 	seeds := max(o.seeds, 1)
 	switch {
 	case o.trace != "":
-		runs = append(runs, demoRun{load: func(int64) (*fleet.Workload, error) { return fleet.LoadTrace(o.trace, o.limit) }, once: true})
+		runs = append(runs, demoRun{load: func(int64) (*fleetsim.Workload, error) { return fleetsim.LoadTrace(o.trace, o.limit) }, once: true})
 	case o.workload != "":
 		runs = append(runs, demoRun{load: generate(o.workload)})
 	default:
@@ -147,7 +147,7 @@ func run(args []string) error {
 			runs = append(runs, demoRun{load: generate(n)})
 		}
 		if p := findUp(demoTrace); p != "" {
-			runs = append(runs, demoRun{load: func(int64) (*fleet.Workload, error) { return fleet.LoadTrace(p, 0) }, once: true})
+			runs = append(runs, demoRun{load: func(int64) (*fleetsim.Workload, error) { return fleetsim.LoadTrace(p, 0) }, once: true})
 		} else {
 			fmt.Fprintln(os.Stderr, "gpuroute-sim: demo trace", demoTrace, "not found; skipping it")
 		}
@@ -155,7 +155,7 @@ func run(args []string) error {
 			// The shared-prefix run again, gpuroute alone, through two
 			// gateways with and without the peer exchange.
 			sharedPrefix := generate("shared-prefix")
-			runs = append(runs, demoRun{load: func(seed int64) (*fleet.Workload, error) {
+			runs = append(runs, demoRun{load: func(seed int64) (*fleetsim.Workload, error) {
 				w, err := sharedPrefix(seed)
 				if err == nil {
 					w.Name += ", 2 gateways x 4 workers"
@@ -168,8 +168,8 @@ func run(args []string) error {
 		}
 	}
 
-	var reports []fleet.Report
-	var all []fleet.WorkloadResults
+	var reports []fleetsim.Report
+	var all []fleetsim.WorkloadResults
 	tty := isTerminal(os.Stderr)
 	for _, run := range runs {
 		policies := names
@@ -181,10 +181,10 @@ func run(args []string) error {
 			n = 1
 		}
 		start := time.Now()
-		var w *fleet.Workload
+		var w *fleetsim.Workload
 		var spec string
 		var nreps, requests int
-		bySeed := make([][]*fleet.Result, len(policies))
+		bySeed := make([][]*fleetsim.Result, len(policies))
 		for k := range n {
 			seed := o.seed + int64(k)
 			sw, err := run.load(seed)
@@ -199,7 +199,7 @@ func run(args []string) error {
 			if o.hardware != "" {
 				spec = o.hardware
 			}
-			reps, err := fleet.ParseHardware(spec, o.replicas)
+			reps, err := fleetsim.ParseHardware(spec, o.replicas)
 			if err != nil {
 				return err
 			}
@@ -215,8 +215,8 @@ func run(args []string) error {
 					fmt.Fprintf(os.Stderr, "\r%-24s [%s] %d/%d runs", sw.Name, bar, done, all)
 				}
 			}
-			popts := fleet.PolicyOptions{Seed: seed, WasmPath: o.wasm, Workers: o.workers, Gateways: o.gateways, IsolatedGateways: o.isolated}
-			res, err := fleet.RunPolicies(fleet.Config{Replicas: reps, Seed: seed}, sw, policies, popts, o.parallel, progress)
+			popts := fleetsim.PolicyOptions{Seed: seed, WasmPath: o.wasm, Workers: o.workers, Gateways: o.gateways, IsolatedGateways: o.isolated}
+			res, err := fleetsim.RunPolicies(fleetsim.Config{Replicas: reps, Seed: seed}, sw, policies, popts, o.parallel, progress)
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "gpuroute-sim:", err)
 			}
@@ -229,28 +229,28 @@ func run(args []string) error {
 		if tty {
 			fmt.Fprint(os.Stderr, "\r\033[K")
 		}
-		var kept []*fleet.Result
-		rep := fleet.Report{Workload: w.Name}
+		var kept []*fleetsim.Result
+		rep := fleetsim.Report{Workload: w.Name}
 		for _, rs := range bySeed {
 			// A policy that failed to build on any seed is left out rather
 			// than pooled over fewer seeds than the others.
 			if len(rs) == n {
-				r := fleet.Pool(rs)
+				r := fleetsim.Pool(rs)
 				kept = append(kept, r)
 				rep.Results = append(rep.Results, r.Summary)
 			}
 		}
 		reports = append(reports, rep)
-		all = append(all, fleet.WorkloadResults{Workload: w, Results: kept, Seeds: n, Requests: requests})
+		all = append(all, fleetsim.WorkloadResults{Workload: w, Results: kept, Seeds: n, Requests: requests})
 		printTable(w.Name, requests, n, nreps, spec, kept, time.Since(start))
 	}
 	if o.jsonPath != "" {
-		if err := writeFile(o.jsonPath, func(f *os.File) error { return fleet.WriteJSON(f, reports) }); err != nil {
+		if err := writeFile(o.jsonPath, func(f *os.File) error { return fleetsim.WriteJSON(f, reports) }); err != nil {
 			return err
 		}
 	}
 	if o.reportPath != "" {
-		if err := writeFile(o.reportPath, func(f *os.File) error { return fleet.WriteHTML(f, "gpuroute fleet simulation", all) }); err != nil {
+		if err := writeFile(o.reportPath, func(f *os.File) error { return fleetsim.WriteHTML(f, "gpuroute fleet simulation", all) }); err != nil {
 			return err
 		}
 		fmt.Println("report:", o.reportPath)
@@ -268,7 +268,7 @@ const demoSeeds = 10
 
 // demoRun is one workload of a run and the policies raced on it.
 type demoRun struct {
-	load     func(seed int64) (*fleet.Workload, error)
+	load     func(seed int64) (*fleetsim.Workload, error)
 	policies []string // nil: the --policies selection
 	once     bool     // a trace: the seed changes nothing of it
 }
@@ -276,9 +276,9 @@ type demoRun struct {
 // pickPolicies resolves --policies; the wasm policy, when requested but not
 // registered in this build, is reported and skipped.
 func pickPolicies(spec string) ([]string, error) {
-	have := fleet.Policies()
+	have := fleetsim.Policies()
 	if spec == "" {
-		names := slices.Clone(fleet.BaselineNames)
+		names := slices.Clone(fleetsim.BaselineNames)
 		if slices.Contains(have, wasmPolicy) {
 			names = append([]string{wasmPolicy}, names...)
 		}
@@ -303,7 +303,7 @@ func pickPolicies(spec string) ([]string, error) {
 	return names, nil
 }
 
-func printTable(workload string, requests, seeds, n int, spec string, rs []*fleet.Result, took time.Duration) {
+func printTable(workload string, requests, seeds, n int, spec string, rs []*fleetsim.Result, took time.Duration) {
 	runs := ""
 	if seeds > 1 {
 		runs = fmt.Sprintf(" (%d seeds pooled)", seeds)
