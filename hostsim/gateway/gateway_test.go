@@ -172,7 +172,7 @@ func TestReplicaTTFT(t *testing.T) {
 	// The first use of an adapter pays a storage load; the second does not.
 	hw = scoring.DefaultHardware()
 	hw.AdapterLoadStorageSec = 0.2
-	r = NewReplica(ReplicaOptions{Name: "b", Hardware: hw, TimeScale: 1})
+	r = NewReplica(ReplicaOptions{Name: "b", Hardware: hw, TimeScale: 1, Adapters: []string{"sql-lora"}})
 	for range 2 {
 		post(r, PathCompletions, `{"model":"sql-lora","prompt":"x","max_tokens":1}`)
 	}
@@ -185,7 +185,7 @@ func TestReplicaTTFT(t *testing.T) {
 // TestReplicaMetrics parses /metrics with Prometheus's own text parser and
 // checks the families the plugin reads for vLLM.
 func TestReplicaMetrics(t *testing.T) {
-	r := NewReplica(ReplicaOptions{Name: "a", TimeScale: 1e-6})
+	r := NewReplica(ReplicaOptions{Name: "a", TimeScale: 1e-6, Adapters: []string{"lora-1"}})
 	post(r, PathCompletions, `{"model":"lora-1","prompt":"`+strings.Repeat("x", 200)+`","max_tokens":2}`)
 	w := httptest.NewRecorder()
 	r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, PathMetrics, nil))

@@ -7,6 +7,7 @@ import (
 	"hash/maphash"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,13 +73,18 @@ type ReplicaOptions struct {
 	// TimeScale multiplies every modelled duration, so tests run a fleet
 	// faster than real GPUs (0.05: twenty times faster); 0 means 1.
 	TimeScale float64
-	// Model is the base model; any other requested model is a LoRA
-	// adapter. Empty means "meta-llama/Llama-3.1-8B-Instruct".
+	// Model is the base model, listed first by /v1/models. Empty means
+	// "meta-llama/Llama-3.1-8B-Instruct".
 	Model string
+	// Adapters are the LoRA adapters the replica serves (vLLM's
+	// --lora-modules). A request whose model names one pays the adapter's
+	// load; any other model name is served by the base model, as the
+	// plugin reads names (an adapter only when its "adapters" lists it).
+	Adapters []string
 	// KVCapacityTokens bounds the prefix cache; 0 means Hardware's.
 	KVCapacityTokens int
 	// MaxLoras is the number of adapters resident on the GPU (vLLM
-	// max_loras); 0 means 4, -1 serves no adapters.
+	// max_loras); 0 means 4.
 	MaxLoras int
 }
 
@@ -90,6 +96,7 @@ type ReplicaRequest struct {
 	// gateway routed it.
 	Destination  []string
 	Model        string
+	Adapter      string // the LoRA adapter served, "" for the base model
 	Stream       bool
 	PromptTokens int
 	CachedTokens int
@@ -112,6 +119,7 @@ type Replica struct {
 	scale   float64
 	prefill chan struct{} // one prefill at a time, FIFO among waiters
 	seed    maphash.Seed
+	created time.Time // when it started: the models' "created"
 
 	mu            sync.Mutex
 	waiting       int
@@ -154,6 +162,7 @@ func NewReplica(opts ReplicaOptions) *Replica {
 		scale:         opts.TimeScale,
 		prefill:       make(chan struct{}, 1),
 		seed:          maphash.MakeSeed(),
+		created:       time.Now(),
 		cache:         newLRU(opts.KVCapacityTokens / blockTokens),
 		gpuLoras:      newLRU(max(opts.MaxLoras, 0)),
 		hostLoras:     newLRU(defaultHostLoras),
@@ -173,8 +182,12 @@ func (r *Replica) Requests() []ReplicaRequest {
 	return append([]ReplicaRequest(nil), r.requests...)
 }
 
-// ServeHTTP answers the OpenAI endpoints and /metrics.
+// ServeHTTP answers the OpenAI endpoints, /metrics and the engines'
+// informational endpoints (engineapi.go).
 func (r *Replica) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if req.Method == http.MethodGet && r.serveEngineAPI(w, req) {
+		return
+	}
 	switch req.URL.Path {
 	case PathMetrics:
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
@@ -279,15 +292,11 @@ func (r *Replica) serveCompletion(w http.ResponseWriter, req *http.Request) {
 		c.Model = r.opts.Model
 	}
 	adapter := ""
-	if c.Model != r.opts.Model {
-		if r.opts.MaxLoras < 0 {
-			openAIError(w, http.StatusNotFound, "replica: model "+strconv.Quote(c.Model)+" does not exist")
-			return
-		}
+	if slices.Contains(r.opts.Adapters, c.Model) {
 		adapter = c.Model
 	}
 	rec := ReplicaRequest{Path: req.URL.Path, Destination: req.Header.Values(HeaderDestination),
-		Model: c.Model, Stream: c.Stream, PromptTokens: max((len(prompt)+charsPerToken-1)/charsPerToken, 1)}
+		Model: c.Model, Adapter: adapter, Stream: c.Stream, PromptTokens: max((len(prompt)+charsPerToken-1)/charsPerToken, 1)}
 	start := time.Now()
 	defer func() { r.record(rec) }()
 
@@ -328,7 +337,7 @@ func (r *Replica) serveCompletion(w http.ResponseWriter, req *http.Request) {
 			text.WriteString(tok)
 		}
 	}
-	usage := usageJSON(rec.PromptTokens, maxTokens)
+	usage := usageJSON(rec.PromptTokens, maxTokens, cached)
 	if c.Stream {
 		if out.chunk("", false, "length") != nil {
 			return
@@ -428,6 +437,13 @@ func (r *Replica) finish(promptTokens int, adapter string) {
 		}
 	}
 	r.mu.Unlock()
+}
+
+func (r *Replica) engineState() engineState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return engineState{waiting: r.waiting, running: r.running, kvUsedTokens: r.kvUsedTokens,
+		kvCapacityTokens: r.cache.cap * blockTokens}
 }
 
 func (r *Replica) record(rec ReplicaRequest) {
