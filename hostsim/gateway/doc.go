@@ -34,10 +34,11 @@
 // started with. A configuration the plugin refuses leaves the previous one
 // serving.
 //
-// The replicas ([Replica]) model what the router reasons about: prefills run
-// one at a time and skip a cached prompt prefix (64-character blocks,
-// chained), LoRA adapters cost a host-memory or storage load unless
-// resident, tokens stream one decode step apart, the step growing with the
-// batch; every duration follows scoring's hardware profiles times
-// TimeScale. They serve /metrics in vLLM V1's format.
+// The replicas ([Replica]) run the fleet simulator's engine in wall time
+// (fleetsim.LiveReplica): continuous batching with chunked prefill, a KV
+// cache that reuses a cached prompt prefix (16-token blocks), LoRA adapters
+// that cost a host-memory or storage load unless resident; every duration
+// follows scoring's hardware profiles times TimeScale. They serve /metrics
+// in vLLM V1's format and the health, model, server-information and load
+// endpoints vLLM and SGLang serve, so real routers can sit in front of them.
 package gateway
