@@ -366,3 +366,28 @@ func BenchmarkGatewayRequest(b *testing.B) {
 		})
 	}
 }
+
+// FuzzRebindReplicas: any input gives an error or valid JSON whose
+// replicas named in the map carry the new address.
+func FuzzRebindReplicas(f *testing.F) {
+	for _, s := range []string{`{"replicas":[{"name":"sim-0","address":"x:1"}]}`, `{"replicas":[{"name":1}]}`, `{}`, `[]`, `{"replicas":null}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, cfg string) {
+		out, rebound, err := RebindReplicas([]byte(cfg), map[string]string{"sim-0": "127.0.0.1:2"})
+		if err != nil {
+			return
+		}
+		var got struct {
+			Replicas []map[string]any `json:"replicas"`
+		}
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatalf("RebindReplicas(%q) = %q, not JSON: %v", cfg, out, err)
+		}
+		for _, r := range got.Replicas {
+			if r["name"] == "sim-0" && r["address"] != "127.0.0.1:2" {
+				t.Errorf("RebindReplicas(%q) left sim-0 at %v (rebound %v)", cfg, r["address"], rebound)
+			}
+		}
+	})
+}

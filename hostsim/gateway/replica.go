@@ -141,6 +141,9 @@ func NewReplica(opts ReplicaOptions) *Replica {
 // Close stops the replica's engine; requests in flight stop advancing.
 func (r *Replica) Close() { r.engine.Close() }
 
+// Model returns the base model the replica serves.
+func (r *Replica) Model() string { return r.opts.Model }
+
 // Name returns the replica's name.
 func (r *Replica) Name() string { return r.opts.Name }
 
