@@ -217,7 +217,8 @@ type pluginConfigView struct {
 		Address        string `json:"address"`
 		MetricsCluster string `json:"metrics_cluster"`
 	} `json:"replicas"`
-	Fallbacks int `json:"fallbacks"`
+	Fallbacks  int    `json:"fallbacks"`
+	StatusPath string `json:"status_path"`
 }
 
 // readConfig reads cfg leniently: what does not parse is left zero, and the

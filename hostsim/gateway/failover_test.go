@@ -321,3 +321,48 @@ func TestReloadAfterRefusal(t *testing.T) {
 		t.Errorf("ReloadFile(unchanged) = %v, generation %d; want nil and %d (skipped)", err, f.gw.Generation(), gen+1)
 	}
 }
+
+// TestFleetPage: the gateway serves the page and its data itself (the
+// plugin never sees them); FleetPath "-" turns them off.
+func TestFleetPage(t *testing.T) {
+	f := startFleet(t, 1, nil, ConfigOptions{TickMillis: 1000, StatusPath: "/gpuroute/status"}, Options{})
+	f.complete(t, "one decision")
+	resp, err := http.Get(f.url + DefaultFleetPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") || !bytes.Contains(page, []byte(`<table id="replicas">`)) {
+		t.Fatalf("GET %s = %d %s, %d bytes; want the fleet page", DefaultFleetPath, resp.StatusCode, resp.Header.Get("Content-Type"), len(page))
+	}
+	resp, err = http.Get(f.url + DefaultFleetPath + "/stats.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		StatusPath string `json:"status_path"`
+		Stats      []struct {
+			Name  string `json:"name"`
+			Value int64  `json:"value"`
+		} `json:"stats"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if err != nil || st.StatusPath != "/gpuroute/status" || len(st.Stats) == 0 {
+		t.Fatalf("stats.json = %+v (%v), want the status path and the plugin's stats", st, err)
+	}
+	if n := len(f.replicas[0].Requests()); n != 1 {
+		t.Errorf("the replica saw %d requests, want 1: the page's requests must not reach it", n)
+	}
+	g := startFleet(t, 1, nil, ConfigOptions{TickMillis: 1000}, Options{FleetPath: "-"})
+	resp, err = http.Get(g.url + DefaultFleetPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if bytes.Contains(page, []byte(`<table id="replicas">`)) {
+		t.Errorf("with FleetPath \"-\" GET %s still served the fleet page", DefaultFleetPath)
+	}
+}

@@ -65,6 +65,9 @@ type Options struct {
 	// none with one address, as ORIGINAL_DST routes without a retry
 	// policy); negative means none.
 	Retries int
+	// FleetPath is where the gateway serves the fleet page (and its data
+	// at FleetPath + "/stats.json"); "" means DefaultFleetPath, "-" none.
+	FleetPath string
 }
 
 // Gateway hosts the plugin like Envoy's HTTP filter chain and forwards each
@@ -115,6 +118,12 @@ func New(ctx context.Context, opts Options) (*Gateway, error) {
 	}
 	if opts.ClockStep <= 0 {
 		opts.ClockStep = DefaultClockStep
+	}
+	switch opts.FleetPath {
+	case "":
+		opts.FleetPath = DefaultFleetPath
+	case "-":
+		opts.FleetPath = ""
 	}
 	if opts.MaxRequestBytes <= 0 {
 		opts.MaxRequestBytes = DefaultMaxRequestBytes
@@ -362,6 +371,9 @@ func requestID() string {
 
 // ServeHTTP runs one request through the plugin and the chosen replica.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if g.serveFleet(w, req) {
+		return
+	}
 	g.syncClock()
 	vm, err := g.pickVM()
 	if err != nil {
