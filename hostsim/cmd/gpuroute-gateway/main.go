@@ -63,6 +63,7 @@ func run(args []string) error {
 	simAdapters := fs.String("sim-adapters", "", "simulated replicas: comma-separated LoRA adapters they serve")
 	tickMs := fs.Int("tick-ms", 100, "generated configuration: tick_ms")
 	statusPath := fs.String("status-path", "/gpuroute/status", `generated configuration: status_path ("" for none)`)
+	fleetPath := fs.String("fleet-path", gateway.DefaultFleetPath, `the fleet page's path ("-" for none)`)
 	verbose := fs.Bool("v", false, "log the plugin's info lines too (default: warnings and errors)")
 	var replicas, clusters listFlag
 	fs.Var(&replicas, "replica", "name=ip:port of a replica (repeatable)")
@@ -127,7 +128,7 @@ func run(args []string) error {
 		logger.Printf("%s: rebound simulated replicas %s to this run's addresses", *cfgPath, strings.Join(rebound, ", "))
 	}
 	opts := gateway.Options{WASM: wasm, Workers: *workers, PluginConfig: cfg, Clusters: clusterMap,
-		Logger: logger, PluginLogLevel: hostsim.LogWarn}
+		Logger: logger, PluginLogLevel: hostsim.LogWarn, FleetPath: *fleetPath}
 	if *verbose {
 		opts.PluginLogLevel = hostsim.LogInfo
 	}
@@ -145,6 +146,9 @@ func run(args []string) error {
 		srv.URL(), *workers, srv.URL())
 	if *statusPath != "" && *cfgPath == "" {
 		logger.Printf("status: %s%s", srv.URL(), *statusPath)
+	}
+	if *fleetPath != "-" {
+		logger.Printf("fleet page: %s%s", srv.URL(), *fleetPath)
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
