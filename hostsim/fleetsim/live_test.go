@@ -36,8 +36,8 @@ func liveRun(t *testing.T, l *LiveReplica, reqs []LiveRequest) (ttft []float64, 
 
 // TestLiveMatchesRun: a LiveReplica is the fleet simulator's engine, so a
 // cold prompt, a warm one (same prefix, new question) and a first adapter
-// use get the TTFT Run gives the same shapes, within 10% (the issue's
-// bound; equal in fact), and the warm one reports its cached prefix.
+// use get the TTFT Run gives the same shapes, within 10% (equal in fact),
+// and the warm one reports its cached prefix.
 func TestLiveMatchesRun(t *testing.T) {
 	h := scoring.DefaultHardware()
 	rc := ReplicaConfig{Hardware: h}

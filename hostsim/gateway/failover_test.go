@@ -205,9 +205,8 @@ func TestGatewayRetriesFallbacks(t *testing.T) {
 	}
 }
 
-// TestKilledReplicaRuledOut kills the replica the plugin prefers, under load
-// (issue #12: every request to it failed until scrapes ruled it out): at
-// most passive_failures requests (3 by default) fail before the plugin
+// TestKilledReplicaRuledOut kills the replica the plugin prefers, under
+// load: at most passive_failures requests (3 by default) fail before the plugin
 // stops sending it work, and every request after that succeeds elsewhere.
 // The tick is 1 s, so no scrape rules it out within the test.
 func TestKilledReplicaRuledOut(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 
 // TestPluginConfigRebindsSimulated: an existing configuration file from an
 // older --simulate run names that run's ports; this run's addresses replace
-// them (issue #12: every request got a 503), and the file's other edits stay.
+// them (else every request gets a 503), and the file's other edits stay.
 func TestPluginConfigRebindsSimulated(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "plugin.json")
 	old := `{"tick_ms":250,"replicas":[{"name":"sim-0","address":"127.0.0.1:40001","state":"draining"},` +
