@@ -11,7 +11,7 @@ TESTTIMEOUT ?= 8m
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 .DEFAULT_GOAL := help
-.PHONY: help wasm test demo bench fuzz lint clean e2e
+.PHONY: help wasm test demo bench fuzz lint clean e2e e2e-browser
 
 help: ## list targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -34,6 +34,14 @@ demo: wasm ## build the module and race it against peer routers on a simulated G
 
 e2e: wasm ## gateway end to end: simulated replicas, the local gateway, net/http and the openai npm client (node required)
 	GPUROUTE_WASM=$(CURDIR)/$(WASM) GPUROUTE_E2E_REQUIRE_NODE=1 $(GO) test -count=1 -run '^TestE2E' -v ./hostsim/gateway/
+
+# The fleet page in headless Chromium: Debian's chromium (installed when
+# /usr/bin/chromium is absent; needs root, as CI runs) driven by playwright-core
+# from npm, never a downloaded browser. Not part of `make test`: it installs.
+CHROMIUM ?= /usr/bin/chromium
+e2e-browser: wasm ## the gateway's fleet page in headless Chromium under load, with a screenshot check (installs chromium, node required)
+	@test -x $(CHROMIUM) || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+	GPUROUTE_WASM=$(CURDIR)/$(WASM) GPUROUTE_E2E_BROWSER=1 GPUROUTE_E2E_SCREENSHOT=$(CURDIR)/build/fleet.png $(GO) test -count=1 -run '^TestE2EBrowser' -v ./hostsim/gateway/
 
 bench: wasm ## run benchmarks (opt-in; not part of make test)
 	GPUROUTE_WASM=$(CURDIR)/$(WASM) $(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...

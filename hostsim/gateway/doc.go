@@ -9,35 +9,41 @@
 //	gw, _ := gateway.New(ctx, gateway.Options{WASM: wasm, PluginConfig: cfg})
 //	gs, _ := gateway.Serve("127.0.0.1:8080", gw)
 //
-// What one request goes through (Envoy's order, DESIGN.md §3): a new stream
-// on the next worker VM (round robin, one VM per Envoy worker thread);
-// request headers; the body, buffered by hostsim while the plugin pauses;
-// the plugin's x-gateway-destination-endpoint read as an ORIGINAL_DST
-// cluster with use_http_header would (a comma-separated list is tried in
-// order, like override_host's fallbacks); the request forwarded with
-// net/http; the response headers and each body chunk through the plugin's
-// response callbacks and on to the client as they arrive (SSE stays a
-// stream); done. A local reply (503, 429, the status endpoint) is returned
-// as the plugin made it; a stream the plugin resets (a drain deadline)
-// resets the client's connection.
+// What one request goes through (Envoy's order, docs/abi.md "Envoy
+// behaviour"): a new stream on the next worker VM (round robin, one VM per
+// Envoy worker thread); request headers; the body, buffered by hostsim
+// while the plugin pauses; the plugin's x-gateway-destination-endpoint read
+// as an ORIGINAL_DST cluster with use_http_header would (a comma-separated
+// list is override_host's: retries take the next address); the request
+// forwarded with net/http; the response headers and each body chunk through
+// the plugin's response callbacks and on to the client as they arrive (SSE
+// stays a stream); done. A local reply (503, 429, the status endpoint) is
+// returned as the plugin made it; a stream the plugin resets (a drain
+// deadline) resets the client's connection. An upstream that cannot be
+// reached gets Envoy's own local reply, through the response callbacks too
+// (envoy.go).
 //
 // Time: the host's virtual clock starts at the wall time of New and a
 // goroutine advances it to wall time every ClockStep (requests also catch it
 // up on arrival), so ticks, metric scrapes (proxy_http_call to clusters
-// served by the replicas' /metrics through hostsim.HTTPCluster) and drain
+// served by the replicas' /metrics, answered as Envoy's async client
+// answers a failed connection) and drain
 // deadlines in Unix milliseconds all follow real time. hostsim runs one
 // guest call per VM at a time, so the clock and the requests never enter a
 // VM concurrently.
 //
 // Configuration updates (Reconfigure, ReloadFile, WatchFile) create a new
 // root context in every VM; streams in flight finish under the root they
-// started with. A configuration the plugin refuses leaves the previous one
-// serving.
+// started with. A configuration the plugin refuses changes nothing: the
+// previous one keeps serving, its metrics clusters where they were.
 //
-// The replicas ([Replica]) model what the router reasons about: prefills run
-// one at a time and skip a cached prompt prefix (64-character blocks,
-// chained), LoRA adapters cost a host-memory or storage load unless
-// resident, tokens stream one decode step apart, the step growing with the
-// batch; every duration follows scoring's hardware profiles times
-// TimeScale. They serve /metrics in vLLM V1's format.
+// The gateway serves a live fleet page at DefaultFleetPath (fleet.go).
+//
+// The replicas ([Replica]) run the fleet simulator's engine in wall time
+// (fleetsim.LiveReplica): continuous batching with chunked prefill, a KV
+// cache that reuses a cached prompt prefix (16-token blocks), LoRA adapters
+// that cost a host-memory or storage load unless resident; every duration
+// follows scoring's hardware profiles times TimeScale. They serve /metrics
+// in vLLM V1's format and the health, model, server-information and load
+// endpoints vLLM and SGLang serve, so real routers can sit in front of them.
 package gateway

@@ -501,36 +501,35 @@ func errString(err error) string {
 	return err.Error()
 }
 
-// installNodeClient installs the e2e npm package (npm ci from the committed
-// lock file) into a cache directory keyed by the lock file's hash, so
-// repeated runs reuse it, and returns that directory. It skips the test
-// when node or npm is missing, or when the registry cannot be reached,
-// unless GPUROUTE_E2E_REQUIRE_NODE=1.
-func installNodeClient(t *testing.T) string {
+// installNodePackage installs the npm package in src (npm ci from its
+// committed lock file) into a cache directory keyed by the lock file's
+// hash, so repeated runs reuse it, copies src's scripts there and returns
+// the directory; module is a package the install must contain. It skips the
+// test when node or npm is missing, or when the registry cannot be reached,
+// unless require is set (then it fails).
+func installNodePackage(t *testing.T, src, module string, scripts []string, require bool) string {
 	t.Helper()
 	skip := func(format string, args ...any) {
 		t.Helper()
-		if os.Getenv("GPUROUTE_E2E_REQUIRE_NODE") == "1" {
+		if require {
 			t.Fatalf(format, args...)
 		}
 		t.Skipf(format+" (the Go-client leg covers the same behaviour)", args...)
 	}
 	for _, tool := range []string{"node", "npm"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			skip("%s not found: skipping the openai npm client leg", tool)
+			skip("%s not found: skipping the %s leg", tool, module)
 		}
 	}
-	src := "e2e"
-	var files = []string{"package.json", "package-lock.json", "client.mjs"}
 	h := sha256.New()
 	contents := map[string][]byte{}
-	for _, name := range files {
+	for _, name := range append([]string{"package.json", "package-lock.json"}, scripts...) {
 		b, err := os.ReadFile(filepath.Join(src, name))
 		if err != nil {
 			t.Fatal(err)
 		}
 		contents[name] = b
-		if name != "client.mjs" {
+		if name == "package.json" || name == "package-lock.json" {
 			h.Write(b)
 		}
 	}
@@ -539,14 +538,14 @@ func installNodeClient(t *testing.T) string {
 		cache = os.TempDir()
 	}
 	dir := filepath.Join(cache, "gpuroute", "gateway-e2e-"+hex.EncodeToString(h.Sum(nil))[:16])
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "openai", "package.json")); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", module, "package.json")); err != nil {
 		tmp := dir + ".tmp-" + strconv.Itoa(os.Getpid())
 		_ = os.RemoveAll(tmp)
 		if err := os.MkdirAll(tmp, 0o755); err != nil {
 			t.Fatal(err)
 		}
 		defer os.RemoveAll(tmp)
-		for _, name := range files[:2] {
+		for _, name := range []string{"package.json", "package-lock.json"} {
 			if err := os.WriteFile(filepath.Join(tmp, name), contents[name], 0o644); err != nil {
 				t.Fatal(err)
 			}
@@ -557,23 +556,25 @@ func installNodeClient(t *testing.T) string {
 		cmd := exec.CommandContext(ctx, "npm", "ci", "--no-audit", "--no-fund", "--loglevel=error")
 		cmd.Dir = tmp
 		if out, err := cmd.CombinedOutput(); err != nil {
-			skip("npm ci of the e2e client failed (%v): %s", err, out)
+			skip("npm ci of %s failed (%v): %s", src, err, out)
 		}
-		t.Logf("npm ci installed the openai client in %v", time.Since(start).Round(time.Millisecond))
+		t.Logf("npm ci installed %s in %v", module, time.Since(start).Round(time.Millisecond))
 		_ = os.RemoveAll(dir)
 		if err := os.Rename(tmp, dir); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(dir, "client.mjs"), contents["client.mjs"], 0o644); err != nil {
-		t.Fatal(err)
+	for _, name := range scripts {
+		if err := os.WriteFile(filepath.Join(dir, name), contents[name], 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return dir
 }
 
 func TestE2ENodeOpenAIClient(t *testing.T) {
 	readWASM(t) // skip before installing anything if the module is missing
-	dir := installNodeClient(t)
+	dir := installNodePackage(t, "e2e", "openai", []string{"client.mjs"}, os.Getenv("GPUROUTE_E2E_REQUIRE_NODE") == "1")
 	runDrainScenario(t, nodeClient{dir: dir})
 }
 

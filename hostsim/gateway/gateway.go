@@ -1,18 +1,15 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"io"
 	"log"
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,6 +57,17 @@ type Options struct {
 	// MaxRequestBytes bounds request bodies (413 past it); 0 means
 	// DefaultMaxRequestBytes.
 	MaxRequestBytes int64
+	// Retries is the route's retry_policy.num_retries for a connection
+	// failure or a reset before the response (Envoy's retry_on
+	// connect-failure,reset): attempt k goes to the k-th address of the
+	// plugin's list. 0 means as many as the serving configuration's
+	// "fallbacks", the pairing examples/envoy/override-host.yaml uses (so
+	// none with one address, as ORIGINAL_DST routes without a retry
+	// policy); negative means none.
+	Retries int
+	// FleetPath is where the gateway serves the fleet page (and its data
+	// at FleetPath + "/stats.json"); "" means DefaultFleetPath, "-" none.
+	FleetPath string
 }
 
 // Gateway hosts the plugin like Envoy's HTTP filter chain and forwards each
@@ -82,10 +90,12 @@ type Gateway struct {
 
 	clockMu sync.Mutex // serializes Advance: the clock only moves forward from one caller
 
-	cfgMu    sync.Mutex // serializes reconfigurations
-	clusters map[string]bool
-	lastCfg  []byte
-	lastWASM []byte
+	cfgMu     sync.Mutex        // serializes reconfigurations
+	clusters  map[string]string // metrics cluster name → base URL
+	lastCfg   []byte            // the configuration serving
+	lastTried []byte            // the configuration last tried (ReloadFile)
+	lastWASM  []byte
+	fallbacks atomic.Int64 // the serving configuration's "fallbacks"
 
 	liveMu sync.Mutex
 	live   map[*hostsim.Stream]liveStream
@@ -108,6 +118,12 @@ func New(ctx context.Context, opts Options) (*Gateway, error) {
 	}
 	if opts.ClockStep <= 0 {
 		opts.ClockStep = DefaultClockStep
+	}
+	switch opts.FleetPath {
+	case "":
+		opts.FleetPath = DefaultFleetPath
+	case "-":
+		opts.FleetPath = ""
 	}
 	if opts.MaxRequestBytes <= 0 {
 		opts.MaxRequestBytes = DefaultMaxRequestBytes
@@ -132,7 +148,7 @@ func New(ctx context.Context, opts Options) (*Gateway, error) {
 		log:      logger,
 		start:    start,
 		client:   &http.Client{Transport: tr},
-		clusters: map[string]bool{},
+		clusters: map[string]string{},
 		live:     map[*hostsim.Stream]liveStream{},
 		users:    map[*hostsim.VM]int{},
 		stopped:  make(chan struct{}),
@@ -144,6 +160,7 @@ func New(ctx context.Context, opts Options) (*Gateway, error) {
 		LogSink:  func(e hostsim.LogEntry) { logger.Print("plugin: ", e.String()) },
 	})
 	g.registerClusters(opts.PluginConfig)
+	g.fallbacks.Store(int64(readConfig(opts.PluginConfig).Fallbacks))
 	vms, err := g.startVMs(ctx, opts.WASM, opts.PluginConfig)
 	if err != nil {
 		g.host.Close()
@@ -232,6 +249,17 @@ func (g *Gateway) streamsOn(vms []*hostsim.VM) int {
 	return n
 }
 
+// retries is the number of retries an upstream failure gets (Options.Retries).
+func (g *Gateway) retries() int {
+	switch {
+	case g.opts.Retries < 0:
+		return 0
+	case g.opts.Retries > 0:
+		return g.opts.Retries
+	}
+	return int(g.fallbacks.Load())
+}
+
 // ModuleGeneration counts the modules started so far (1 after New).
 func (g *Gateway) ModuleGeneration() uint64 { return g.modGen.Load() }
 
@@ -299,70 +327,6 @@ func (g *Gateway) cancelClosed() {
 	}
 }
 
-// Reconfigure hands every worker VM a new plugin configuration, as Envoy
-// does on an update: each VM gets a new root context; streams in flight keep
-// the root they started under. If the plugin refuses it, the previous
-// configuration keeps serving and the error says why.
-func (g *Gateway) Reconfigure(cfg []byte) error {
-	g.cfgMu.Lock()
-	defer g.cfgMu.Unlock()
-	return g.reconfigureLocked(cfg)
-}
-
-func (g *Gateway) reconfigureLocked(cfg []byte) error {
-	g.registerClusters(cfg)
-	g.vmsMu.RLock()
-	vms := g.vms
-	g.vmsMu.RUnlock()
-	for i, vm := range vms {
-		if _, err := vm.Configure(g.opts.RootID, cfg); err != nil {
-			if i > 0 {
-				err = errors.New(err.Error() + " (workers 0–" + strconv.Itoa(i-1) + " took the new configuration)")
-			}
-			return errors.New("gateway: reconfigure: " + err.Error())
-		}
-	}
-	g.lastCfg = append(g.lastCfg[:0], cfg...)
-	g.gen.Add(1)
-	g.log.Printf("gateway: plugin configuration %d applied (%d bytes)", g.gen.Load(), len(cfg))
-	return nil
-}
-
-// configReplicas is what the gateway reads from a plugin configuration:
-// the metrics clusters it must be able to reach.
-type configReplicas struct {
-	Replicas []struct {
-		Address        string `json:"address"`
-		MetricsCluster string `json:"metrics_cluster"`
-	} `json:"replicas"`
-}
-
-// registerClusters makes every metrics_cluster of cfg reachable. Clusters
-// are never removed: a retired root may still have a call in flight.
-func (g *Gateway) registerClusters(cfg []byte) {
-	var c configReplicas
-	if json.Unmarshal(cfg, &c) != nil {
-		return // the plugin will refuse it with a better message
-	}
-	for _, r := range c.Replicas {
-		if r.MetricsCluster == "" {
-			continue
-		}
-		base, ok := g.opts.Clusters[r.MetricsCluster]
-		if !ok {
-			base = "http://" + r.Address
-		}
-		g.host.AddCluster(r.MetricsCluster, &hostsim.HTTPCluster{BaseURL: base, Client: g.client})
-		g.clusters[r.MetricsCluster] = true
-	}
-	for name, base := range g.opts.Clusters {
-		if !g.clusters[name] {
-			g.host.AddCluster(name, &hostsim.HTTPCluster{BaseURL: base, Client: g.client})
-			g.clusters[name] = true
-		}
-	}
-}
-
 // pickVM deals requests to the live worker VMs round robin and counts the
 // request as a user of the VM until release. Holding vmsMu while counting
 // means a module reload, which swaps under the write lock, sees every user
@@ -407,6 +371,9 @@ func requestID() string {
 
 // ServeHTTP runs one request through the plugin and the chosen replica.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if g.serveFleet(w, req) {
+		return
+	}
 	g.syncClock()
 	vm, err := g.pickVM()
 	if err != nil {
@@ -452,304 +419,4 @@ type liveStream struct {
 func (g *Gateway) localError(w http.ResponseWriter, status int, msg string) {
 	g.log.Print(msg)
 	openAIError(w, status, msg)
-}
-
-// proxied is one request on its way through the plugin.
-type proxied struct {
-	g   *Gateway
-	s   *hostsim.Stream
-	w   http.ResponseWriter
-	req *http.Request
-	ctx context.Context
-}
-
-// errReset reports that the plugin closed the stream (no local reply).
-var errReset = errors.New("gateway: stream reset by the plugin")
-
-func (p *proxied) serve() {
-	g, s, req := p.g, p.s, p.req
-	hdrs := [][2]string{{":method", req.Method}, {":path", req.URL.RequestURI()}, {":authority", req.Host}, {":scheme", "http"}}
-	for k, vs := range req.Header {
-		lk := strings.ToLower(k)
-		if hopByHop[lk] {
-			continue
-		}
-		for _, v := range vs {
-			hdrs = append(hdrs, [2]string{lk, v})
-		}
-	}
-	if req.Header.Get("x-request-id") == "" {
-		hdrs = append(hdrs, [2]string{"x-request-id", requestID()}) // Envoy generates one
-	}
-	hasBody := req.Body != nil && req.Body != http.NoBody && req.ContentLength != 0
-	if _, err := s.RequestHeaders(hdrs, !hasBody); err != nil {
-		g.localError(p.w, http.StatusInternalServerError, "gateway: request headers: "+err.Error())
-		return
-	}
-	if p.finishedEarly() {
-		return
-	}
-	if hasBody {
-		if !p.requestBody() {
-			return
-		}
-	}
-	// A plugin may hold the request (PAUSE) until it calls continue; wait
-	// for it like Envoy would, or for the client to give up.
-	if !p.waitFor(func() bool { return !s.RequestPaused() }) {
-		return
-	}
-	dest, ok := s.RequestHeader(HeaderDestination)
-	if !ok || dest == "" {
-		// ORIGINAL_DST with use_http_header and no header: no host (Envoy's
-		// "no healthy upstream").
-		g.localError(p.w, http.StatusServiceUnavailable, "gateway: the plugin set no "+HeaderDestination)
-		return
-	}
-	resp, err := p.upstream(dest)
-	if err != nil {
-		if p.resetByPlugin() {
-			panic(http.ErrAbortHandler)
-		}
-		if p.ctx.Err() != nil {
-			return // client gone
-		}
-		g.localError(p.w, http.StatusServiceUnavailable, "gateway: upstream "+strconv.Quote(dest)+": "+err.Error())
-		return
-	}
-	defer resp.Body.Close()
-	if err := p.response(resp); err != nil {
-		if errors.Is(err, errReset) || p.resetByPlugin() {
-			g.log.Print("gateway: ", errReset, " while streaming from ", dest)
-		} else if p.ctx.Err() == nil {
-			g.log.Print("gateway: response from ", dest, ": ", err)
-		}
-		// Headers are out: all a proxy can do is reset the downstream stream.
-		panic(http.ErrAbortHandler)
-	}
-}
-
-// finishedEarly answers a local reply or a reset, if the plugin made one.
-func (p *proxied) finishedEarly() bool {
-	if lr := p.s.LocalReply(); lr != nil {
-		h := p.w.Header()
-		for _, kv := range lr.Headers {
-			if !strings.HasPrefix(kv[0], ":") {
-				h.Add(kv[0], kv[1])
-			}
-		}
-		if len(lr.Body) > 0 && h.Get("content-type") == "" {
-			h.Set("Content-Type", "text/plain")
-		}
-		h.Set("Content-Length", strconv.Itoa(len(lr.Body)))
-		p.w.WriteHeader(lr.Status)
-		_, _ = p.w.Write(lr.Body)
-		return true
-	}
-	if p.s.Ended() {
-		panic(http.ErrAbortHandler)
-	}
-	return false
-}
-
-// requestBody feeds the body to the plugin as it arrives; hostsim
-// accumulates it while the plugin pauses (StopIterationAndBuffer).
-func (p *proxied) requestBody() bool {
-	body := io.LimitReader(p.req.Body, p.g.opts.MaxRequestBytes+1)
-	buf := make([]byte, 32<<10)
-	var total int64
-	for {
-		n, err := body.Read(buf)
-		total += int64(n)
-		if total > p.g.opts.MaxRequestBytes {
-			p.g.localError(p.w, http.StatusRequestEntityTooLarge, "gateway: request body over "+strconv.FormatInt(p.g.opts.MaxRequestBytes, 10)+" bytes")
-			return false
-		}
-		eos := errors.Is(err, io.EOF)
-		if err != nil && !eos {
-			return false // client gone
-		}
-		if n > 0 || eos {
-			if _, err := p.s.RequestBody(buf[:n], eos); err != nil {
-				p.g.localError(p.w, http.StatusInternalServerError, "gateway: request body: "+err.Error())
-				return false
-			}
-			if p.finishedEarly() {
-				return false
-			}
-		}
-		if eos {
-			return true
-		}
-	}
-}
-
-// waitFor polls cond each clock step until it holds (true) or the request
-// ends (false).
-func (p *proxied) waitFor(cond func() bool) bool {
-	for !cond() {
-		if p.finishedEarly() {
-			return false
-		}
-		select {
-		case <-p.ctx.Done():
-			return false
-		case <-time.After(p.g.opts.ClockStep):
-			p.g.syncClock()
-		}
-	}
-	return !p.finishedEarly()
-}
-
-func (p *proxied) resetByPlugin() bool {
-	return p.s.Closed(hostsim.StreamResponse) || p.s.Closed(hostsim.StreamRequest)
-}
-
-// upstream sends the request, as the plugin left it, to the first address
-// of dest that answers (a comma-separated list is override_host's
-// fallbacks, tried in order on connection failure).
-func (p *proxied) upstream(dest string) (*http.Response, error) {
-	body := p.s.RequestBodyForwarded()
-	var lastErr error
-	for _, addr := range strings.Split(dest, ",") {
-		addr = strings.TrimSpace(addr)
-		path := p.req.URL.RequestURI()
-		for _, kv := range p.s.RequestHeaderMap() {
-			if kv[0] == ":path" {
-				path = kv[1]
-			}
-		}
-		out, err := http.NewRequestWithContext(p.ctx, p.req.Method, "http://"+addr+path, bytes.NewReader(body))
-		if err != nil {
-			return nil, err
-		}
-		for _, kv := range p.s.RequestHeaderMap() {
-			switch {
-			case kv[0] == ":authority":
-				out.Host = kv[1]
-			case strings.HasPrefix(kv[0], ":"), kv[0] == "content-length", hopByHop[kv[0]]:
-			default:
-				out.Header.Add(kv[0], kv[1])
-			}
-		}
-		out.ContentLength = int64(len(body))
-		resp, err := p.g.client.Do(out)
-		if err == nil {
-			return resp, nil
-		}
-		lastErr = err
-		if p.ctx.Err() != nil {
-			break
-		}
-	}
-	return nil, lastErr
-}
-
-// response runs the upstream response through the plugin's response
-// callbacks and on to the client, flushing each chunk as it arrives.
-func (p *proxied) response(resp *http.Response) error {
-	s := p.s
-	hdrs := [][2]string{{":status", strconv.Itoa(resp.StatusCode)}}
-	for k, vs := range resp.Header {
-		lk := strings.ToLower(k)
-		if hopByHop[lk] {
-			continue
-		}
-		for _, v := range vs {
-			hdrs = append(hdrs, [2]string{lk, v})
-		}
-	}
-	if _, err := s.ResponseHeaders(hdrs, false); err != nil {
-		return err
-	}
-	if s.LocalReply() != nil {
-		// A local reply before anything went downstream replaces the response.
-		p.finishedEarly()
-		return nil
-	}
-	if s.Ended() {
-		return errReset
-	}
-	flusher, _ := p.w.(http.Flusher)
-	headersSent := false
-	sendHeaders := func() {
-		if headersSent || s.ResponsePaused() {
-			return
-		}
-		headersSent = true
-		status := resp.StatusCode
-		h := p.w.Header()
-		for _, kv := range s.ResponseHeaderMap() {
-			switch {
-			case kv[0] == ":status":
-				if n, err := strconv.Atoi(kv[1]); err == nil {
-					status = n
-				}
-			case strings.HasPrefix(kv[0], ":"), kv[0] == "content-length":
-				// The plugin may rewrite the body: let net/http frame it.
-			default:
-				h.Add(kv[0], kv[1])
-			}
-		}
-		p.w.WriteHeader(status)
-		if flusher != nil {
-			flusher.Flush()
-		}
-	}
-	sendHeaders()
-	var sent int // bytes of the forwarded body already written downstream
-	buf := make([]byte, 32<<10)
-	var read int64
-	for {
-		n, err := resp.Body.Read(buf)
-		read += int64(n)
-		eos := errors.Is(err, io.EOF) || (resp.ContentLength >= 0 && read >= resp.ContentLength && err == nil)
-		if err != nil && !eos {
-			return err
-		}
-		p.g.syncClock()
-		if n > 0 || eos {
-			if _, err := s.ResponseBody(buf[:n], eos); err != nil {
-				return err
-			}
-			if p.resetByPlugin() || s.Ended() {
-				return errReset
-			}
-			sendHeaders()
-			if headersSent {
-				fwd := s.ResponseBodyForwarded()
-				if len(fwd) > sent {
-					if _, err := p.w.Write(fwd[sent:]); err != nil {
-						return err
-					}
-					sent = len(fwd)
-				}
-				if flusher != nil {
-					flusher.Flush()
-				}
-			}
-		}
-		if eos {
-			break
-		}
-	}
-	if len(resp.Trailer) > 0 {
-		var tr [][2]string
-		for k, vs := range resp.Trailer {
-			for _, v := range vs {
-				tr = append(tr, [2]string{strings.ToLower(k), v})
-			}
-		}
-		if _, err := s.ResponseTrailers(tr); err != nil {
-			return err
-		}
-	}
-	if !headersSent {
-		// Still paused at the end: Envoy would hold it until continue; we
-		// release it rather than hang the client.
-		headersSent = true
-		p.w.WriteHeader(resp.StatusCode)
-		_, _ = p.w.Write(s.ResponseBodyForwarded())
-	}
-	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/gpuroute/gpuroute/hostsim/fleetsim"
 	"github.com/gpuroute/gpuroute/scoring"
 )
 
@@ -145,47 +147,64 @@ func TestReplicaCompletion(t *testing.T) {
 	}
 }
 
-// TestReplicaTTFT checks the cost model: a cached prefix makes the first
-// token faster, an adapter not resident makes it slower.
+// TestReplicaTTFT: through HTTP, a cold prompt, a warm one (same prefix,
+// new question) and a first adapter use get the time to first token the
+// fleet simulator's engine gives the same shapes, within 10% (the engine's
+// modelled time: the wall time is that times TimeScale, plus scheduling).
 func TestReplicaTTFT(t *testing.T) {
+	const system, question, scale = 1600, 400, 0.02
 	hw := scoring.DefaultHardware()
-	hw.PrefillSecPerToken = 0.002 // a slow GPU so the difference dwarfs scheduling noise
-	r := NewReplica(ReplicaOptions{Name: "a", Hardware: hw, TimeScale: 0.5})
-	prompt := strings.Repeat("abcdefgh", 200) // 400 tokens: ~0.4 s cold at this scale
-	body := `{"prompt":"` + prompt + `","max_tokens":1}`
-	for i, want := range []struct {
-		name   string
-		cached bool
-	}{{"cold", false}, {"warm", true}} {
-		if w := post(r, PathCompletions, body); w.Code != 200 {
-			t.Fatalf("%s: status %d %s", want.name, w.Code, w.Body)
-		}
-		q := r.Requests()[i]
-		if (q.CachedTokens > 0) != want.cached {
-			t.Errorf("%s request cached %d tokens, want cached=%v", want.name, q.CachedTokens, want.cached)
-		}
+	text := func(c byte, tokens int) string { return strings.Repeat(string(c), tokens*fleetsim.CharsPerToken) }
+	seg := func(seed uint64, tokens int) fleetsim.Segment { return fleetsim.Segment{Seed: seed, Tokens: tokens} }
+	rows := []struct {
+		name    string
+		model   string
+		prompt  string
+		shapes  [][]fleetsim.Segment // the fleet simulator's requests, this one last
+		adapter string
+		cached  bool
+	}{
+		{name: "cold", prompt: text('a', system) + text('b', question),
+			shapes: [][]fleetsim.Segment{{seg(1, system), seg(2, question)}}},
+		{name: "warm", prompt: text('a', system) + text('c', question),
+			shapes: [][]fleetsim.Segment{{seg(1, system), seg(2, question)}, {seg(1, system), seg(3, question)}}, cached: true},
+		{name: "adapter", model: "sql-lora", prompt: text('d', question), adapter: "sql-lora",
+			shapes: [][]fleetsim.Segment{{seg(4, question)}}},
 	}
-	qs := r.Requests()
-	if cold, warm := qs[0].TTFT, qs[1].TTFT; warm*2 > cold {
-		t.Errorf("TTFT cold %v, warm %v: want warm well under half of cold", cold, warm)
-	}
-	// The first use of an adapter pays a storage load; the second does not.
-	hw = scoring.DefaultHardware()
-	hw.AdapterLoadStorageSec = 0.2
-	r = NewReplica(ReplicaOptions{Name: "b", Hardware: hw, TimeScale: 1})
-	for range 2 {
-		post(r, PathCompletions, `{"model":"sql-lora","prompt":"x","max_tokens":1}`)
-	}
-	qs = r.Requests()
-	if qs[0].TTFT < 200*time.Millisecond || qs[1].TTFT > 150*time.Millisecond {
-		t.Errorf("adapter TTFT first %v, second %v: want >= 200ms (storage load), then < 150ms", qs[0].TTFT, qs[1].TTFT)
+	r := NewReplica(ReplicaOptions{Name: "a", Hardware: hw, TimeScale: scale, Adapters: []string{"sql-lora"}})
+	defer r.Close()
+	for i, tt := range rows {
+		t.Run(tt.name, func(t *testing.T) {
+			w := post(r, PathCompletions, `{"model":"`+tt.model+`","prompt":"`+tt.prompt+`","max_tokens":2}`)
+			if w.Code != 200 {
+				t.Fatalf("POST: %d %s", w.Code, w.Body)
+			}
+			q := r.Requests()[i]
+			var reqs []*fleetsim.Request
+			for k, segs := range tt.shapes {
+				reqs = append(reqs, fleetsim.NewRequest(k, time.Duration(k)*time.Minute, fleetsim.DefaultModel, tt.adapter, segs, 2, 2))
+			}
+			p, _ := fleetsim.NewPolicy("round-robin", fleetsim.PolicyOptions{})
+			res, err := fleetsim.Run(fleetsim.Config{Replicas: []fleetsim.ReplicaConfig{{Hardware: hw}}}, &fleetsim.Workload{Name: tt.name, Requests: reqs}, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := res.TTFTSec[0] // the last request is the fastest: sorted first
+			if got := q.EngineTTFT.Seconds(); math.Abs(got-want) > 0.1*want {
+				t.Errorf("%s TTFT = %.4f s modelled, the fleet simulator's = %.4f s; want within 10%%", tt.name, got, want)
+			}
+			if (q.CachedTokens > 0) != tt.cached {
+				t.Errorf("%s request cached %d tokens, want cached=%v", tt.name, q.CachedTokens, tt.cached)
+			}
+			t.Logf("%s: modelled %.4f s (simulator %.4f s); wall %v at time scale %g", tt.name, q.EngineTTFT.Seconds(), want, q.TTFT, scale)
+		})
 	}
 }
 
 // TestReplicaMetrics parses /metrics with Prometheus's own text parser and
 // checks the families the plugin reads for vLLM.
 func TestReplicaMetrics(t *testing.T) {
-	r := NewReplica(ReplicaOptions{Name: "a", TimeScale: 1e-6})
+	r := NewReplica(ReplicaOptions{Name: "a", TimeScale: 1e-6, Adapters: []string{"lora-1"}})
 	post(r, PathCompletions, `{"model":"lora-1","prompt":"`+strings.Repeat("x", 200)+`","max_tokens":2}`)
 	w := httptest.NewRecorder()
 	r.ServeHTTP(w, httptest.NewRequest(http.MethodGet, PathMetrics, nil))
@@ -194,8 +213,12 @@ func TestReplicaMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatalf("/metrics does not parse: %v", err)
 	}
-	for _, name := range []string{metricRunning, metricWaiting, metricKVUsage, metricCacheConfig, metricLoRAInfo,
-		metricPrefixQueries, metricPrefixHits, metricPromptTokens, metricGenTokens} {
+	// vLLM V1's names (vllm-project/vllm docs/design/metrics.md), the ones
+	// the plugin's metrics package reads for vLLM.
+	const metricGenTokens = "vllm:generation_tokens_total"
+	for _, name := range []string{"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+		"vllm:cache_config_info", "vllm:lora_requests_info", "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
+		"vllm:prompt_tokens_total", metricGenTokens} {
 		if fams[name] == nil {
 			t.Errorf("/metrics lacks %s", name)
 		}
@@ -342,4 +365,29 @@ func BenchmarkGatewayRequest(b *testing.B) {
 			}
 		})
 	}
+}
+
+// FuzzRebindReplicas: any input gives an error or valid JSON whose
+// replicas named in the map carry the new address.
+func FuzzRebindReplicas(f *testing.F) {
+	for _, s := range []string{`{"replicas":[{"name":"sim-0","address":"x:1"}]}`, `{"replicas":[{"name":1}]}`, `{}`, `[]`, `{"replicas":null}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, cfg string) {
+		out, rebound, err := RebindReplicas([]byte(cfg), map[string]string{"sim-0": "127.0.0.1:2"})
+		if err != nil {
+			return
+		}
+		var got struct {
+			Replicas []map[string]any `json:"replicas"`
+		}
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatalf("RebindReplicas(%q) = %q, not JSON: %v", cfg, out, err)
+		}
+		for _, r := range got.Replicas {
+			if r["name"] == "sim-0" && r["address"] != "127.0.0.1:2" {
+				t.Errorf("RebindReplicas(%q) left sim-0 at %v (rebound %v)", cfg, r["address"], rebound)
+			}
+		}
+	})
 }

@@ -118,14 +118,19 @@ func (o *responseWriter) whole(text, finish string, usage []byte) error {
 	return err
 }
 
-func usageJSON(prompt, completion int) []byte {
+// usageJSON renders the usage object as vLLM does with prompt token details
+// enabled (--enable-prompt-tokens-details): cached is the prompt tokens
+// served from the prefix cache, in prompt_tokens_details.cached_tokens.
+func usageJSON(prompt, completion, cached int) []byte {
 	b := []byte(`{"prompt_tokens":`)
 	b = strconv.AppendInt(b, int64(prompt), 10)
-	b = append(b, `,"completion_tokens":`...)
-	b = strconv.AppendInt(b, int64(completion), 10)
 	b = append(b, `,"total_tokens":`...)
 	b = strconv.AppendInt(b, int64(prompt+completion), 10)
-	return append(b, '}')
+	b = append(b, `,"completion_tokens":`...)
+	b = strconv.AppendInt(b, int64(completion), 10)
+	b = append(b, `,"prompt_tokens_details":{"cached_tokens":`...)
+	b = strconv.AppendInt(b, int64(cached), 10)
+	return append(b, "}}"...)
 }
 
 func appendJSONString(b []byte, s string) []byte {

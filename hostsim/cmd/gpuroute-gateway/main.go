@@ -13,8 +13,10 @@
 // watched the same way and a changed module replaces the worker VMs (streams
 // in flight finish on the old ones). If FILE does not exist
 // and replicas are given, the generated configuration is written there
-// first (edit it to drain a replica). A replica's metrics_cluster is served
-// by "http://" + its address unless --cluster maps it elsewhere.
+// first (edit it to drain a replica); if it exists, the simulated replicas'
+// addresses in it are rewritten to this run's ports. A replica's
+// metrics_cluster is served by "http://" + its address unless --cluster
+// maps it elsewhere. The fleet page is at /gpuroute/fleet.
 package main
 
 import (
@@ -57,8 +59,11 @@ func run(args []string) error {
 	simulate := fs.Int("simulate", 0, "start N simulated replicas on loopback and route to them")
 	simScale := fs.Float64("sim-time-scale", 1, "simulated replicas: modelled seconds are multiplied by this")
 	simHW := fs.String("sim-hardware", "h100", "simulated replicas: hardware profile")
+	simModel := fs.String("sim-model", "", "simulated replicas: base model (any model name not in --sim-adapters is served by it)")
+	simAdapters := fs.String("sim-adapters", "", "simulated replicas: comma-separated LoRA adapters they serve")
 	tickMs := fs.Int("tick-ms", 100, "generated configuration: tick_ms")
 	statusPath := fs.String("status-path", "/gpuroute/status", `generated configuration: status_path ("" for none)`)
+	fleetPath := fs.String("fleet-path", gateway.DefaultFleetPath, `the fleet page's path ("-" for none)`)
 	verbose := fs.Bool("v", false, "log the plugin's info lines too (default: warnings and errors)")
 	var replicas, clusters listFlag
 	fs.Var(&replicas, "replica", "name=ip:port of a replica (repeatable)")
@@ -84,9 +89,16 @@ func run(args []string) error {
 	if !ok {
 		return errors.New("unknown --sim-hardware " + strconv.Quote(*simHW))
 	}
+	var adapters []string
+	adapterBase := map[string]string{}
+	if *simAdapters != "" {
+		adapters = strings.Split(*simAdapters, ",")
+	}
+	simAddrs := map[string]string{}
 	for i := 0; i < *simulate; i++ {
 		name := "sim-" + strconv.Itoa(i)
-		rep := gateway.NewReplica(gateway.ReplicaOptions{Name: name, Hardware: hw, TimeScale: *simScale})
+		rep := gateway.NewReplica(gateway.ReplicaOptions{Name: name, Hardware: hw, TimeScale: *simScale, Model: *simModel, Adapters: adapters})
+		defer rep.Close()
 		srv, err := gateway.Serve("127.0.0.1:0", rep)
 		if err != nil {
 			return err
@@ -94,6 +106,10 @@ func run(args []string) error {
 		defer srv.Close()
 		logger.Printf("simulated replica %s on %s", name, srv.URL())
 		specs = append(specs, gateway.ReplicaSpec{Name: name, Address: srv.Addr, Hardware: hw.Name})
+		simAddrs[name] = srv.Addr
+		for _, a := range adapters {
+			adapterBase[a] = rep.Model()
+		}
 	}
 	clusterMap := map[string]string{}
 	for _, v := range clusters {
@@ -104,12 +120,15 @@ func run(args []string) error {
 		clusterMap[name] = url
 	}
 
-	cfg, err := pluginConfig(*cfgPath, specs, gateway.ConfigOptions{TickMillis: *tickMs, StatusPath: *statusPath})
+	cfg, rebound, err := pluginConfig(*cfgPath, specs, simAddrs, gateway.ConfigOptions{TickMillis: *tickMs, StatusPath: *statusPath, Adapters: adapterBase})
 	if err != nil {
 		return err
 	}
+	if len(rebound) > 0 {
+		logger.Printf("%s: rebound simulated replicas %s to this run's addresses", *cfgPath, strings.Join(rebound, ", "))
+	}
 	opts := gateway.Options{WASM: wasm, Workers: *workers, PluginConfig: cfg, Clusters: clusterMap,
-		Logger: logger, PluginLogLevel: hostsim.LogWarn}
+		Logger: logger, PluginLogLevel: hostsim.LogWarn, FleetPath: *fleetPath}
 	if *verbose {
 		opts.PluginLogLevel = hostsim.LogInfo
 	}
@@ -127,6 +146,9 @@ func run(args []string) error {
 		srv.URL(), *workers, srv.URL())
 	if *statusPath != "" && *cfgPath == "" {
 		logger.Printf("status: %s%s", srv.URL(), *statusPath)
+	}
+	if *fleetPath != "-" {
+		logger.Printf("fleet page: %s%s", srv.URL(), *fleetPath)
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -159,28 +181,41 @@ func run(args []string) error {
 }
 
 // pluginConfig reads the configuration file, or generates one from the
-// replicas (writing it to path when path is set but missing).
-func pluginConfig(path string, specs []gateway.ReplicaSpec, o gateway.ConfigOptions) ([]byte, error) {
+// replicas (writing it to path when path is set but missing). An existing
+// file's simulated replicas (simAddrs: name → this run's address) are
+// rebound to this run's ports and the file rewritten; it returns their
+// names.
+func pluginConfig(path string, specs []gateway.ReplicaSpec, simAddrs map[string]string, o gateway.ConfigOptions) ([]byte, []string, error) {
 	if path != "" {
 		b, err := os.ReadFile(path)
 		if err == nil {
-			return b, nil
+			if len(simAddrs) == 0 {
+				return b, nil, nil
+			}
+			b, rebound, err := gateway.RebindReplicas(b, simAddrs)
+			if err != nil {
+				return nil, nil, errors.New("--plugin-config " + strconv.Quote(path) + ": " + err.Error())
+			}
+			if err := os.WriteFile(path, b, 0o644); err != nil {
+				return nil, nil, errors.New("write --plugin-config: " + err.Error())
+			}
+			return b, rebound, nil
 		}
 		if !errors.Is(err, os.ErrNotExist) || len(specs) == 0 {
-			return nil, errors.New("read --plugin-config: " + err.Error())
+			return nil, nil, errors.New("read --plugin-config: " + err.Error())
 		}
 	}
 	if len(specs) == 0 {
-		return nil, errors.New("no replicas: give --replica, --simulate or --plugin-config")
+		return nil, nil, errors.New("no replicas: give --replica, --simulate or --plugin-config")
 	}
 	cfg, err := gateway.PluginConfig(specs, o)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if path != "" {
 		if err := os.WriteFile(path, cfg, 0o644); err != nil {
-			return nil, errors.New("write --plugin-config: " + err.Error())
+			return nil, nil, errors.New("write --plugin-config: " + err.Error())
 		}
 	}
-	return cfg, nil
+	return cfg, nil, nil
 }

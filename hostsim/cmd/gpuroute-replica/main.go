@@ -1,9 +1,11 @@
 // Command gpuroute-replica serves one simulated OpenAI-compatible model
 // server (hostsim/gateway.Replica): /v1/chat/completions and
 // /v1/completions (SSE when "stream" is true), /metrics in vLLM's format,
-// with time to first token from a prefix-cache and adapter model.
+// and the endpoints routers call on vLLM and SGLang workers (/health,
+// /v1/models, /get_model_info, /get_server_info, /get_load, /load).
 //
 //	go run ./hostsim/cmd/gpuroute-replica --listen 127.0.0.1:8001 --name a --time-scale 0.1
+//	go run ./hostsim/cmd/gpuroute-replica --lora-modules sql-lora,chat-lora
 package main
 
 import (
@@ -14,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/gpuroute/gpuroute/hostsim/gateway"
@@ -33,8 +36,9 @@ func run(args []string) error {
 	name := fs.String("name", "replica", "replica name (x-gpuroute-sim-replica response header)")
 	hwName := fs.String("hardware", "h100", "hardware profile")
 	scale := fs.Float64("time-scale", 1, "modelled seconds are multiplied by this (0.1: ten times faster)")
-	model := fs.String("model", "", "base model name (others are LoRA adapters)")
-	maxLoras := fs.Int("max-loras", 0, "adapters resident on the GPU (0: 4, -1: none)")
+	model := fs.String("model", "", "base model name (any model name not in --lora-modules is served by it)")
+	loras := fs.String("lora-modules", "", "comma-separated LoRA adapter names the replica serves")
+	maxLoras := fs.Int("max-loras", 0, "adapters resident on the GPU at once (0: 4)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -42,7 +46,12 @@ func run(args []string) error {
 	if !ok {
 		return errors.New("unknown --hardware " + strconv.Quote(*hwName))
 	}
-	rep := gateway.NewReplica(gateway.ReplicaOptions{Name: *name, Hardware: hw, TimeScale: *scale, Model: *model, MaxLoras: *maxLoras})
+	var adapters []string
+	if *loras != "" {
+		adapters = strings.Split(*loras, ",")
+	}
+	rep := gateway.NewReplica(gateway.ReplicaOptions{Name: *name, Hardware: hw, TimeScale: *scale, Model: *model,
+		Adapters: adapters, MaxLoras: *maxLoras})
 	srv, err := gateway.Serve(*listen, rep)
 	if err != nil {
 		return err
