@@ -87,7 +87,7 @@ type Stage struct {
 }
 
 // WorkloadNames lists the generators.
-var WorkloadNames = []string{"shared-prefix", "multi-turn", "lora", "bimodal", "hetero", "drain"}
+var WorkloadNames = []string{"shared-prefix", "multi-turn", "lora", "bimodal", "hetero", "drain", "priority", "fairness"}
 
 // Generate builds the named workload.
 func Generate(name string, o WorkloadOptions) (*Workload, error) {
@@ -107,6 +107,10 @@ func Generate(name string, o WorkloadOptions) (*Workload, error) {
 		w.Source += "; mixed H100/A100/L4 fleet"
 	case "drain":
 		w = drainWorkload(o)
+	case "priority":
+		w = priorityWorkload(o)
+	case "fairness":
+		w = fairnessWorkload(o)
 	default:
 		return nil, errors.New("fleetsim: unknown workload " + quote(name) + " (have " + strings.Join(WorkloadNames, ", ") + ")")
 	}
