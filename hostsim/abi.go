@@ -196,3 +196,11 @@ const (
 	headerAuthority = ":authority"
 	headerStatus    = ":status"
 )
+
+// Headers Envoy sets on a local reply (envoy source/common/http/utility.cc
+// prepareLocalReply).
+const (
+	headerContentLength = "content-length"
+	headerContentType   = "content-type"
+	contentTypeText     = "text/plain"
+)

@@ -274,13 +274,26 @@ func TestHTTPCall(t *testing.T) {
 
 func TestLocalReplyAndStreamControl(t *testing.T) {
 	h, vm := newGuestVM(t, Options{}, "vm", "")
-	r := configure(t, vm, "r", "request_headers: local 503 no_replica {\"error\":1} content-type=application/json; ret 1\n"+
-		"response_headers: close 1")
+	r := configure(t, vm, "r", "request_headers: local 503 no_replica {\"error\":1} content-type=application/json; ret 0\n"+
+		"response_headers: pairs 2")
 	s := stream(t, r, [][2]string{{":path", "/"}})
 	lr := s.LocalReply()
 	want := &LocalReply{Status: 503, Details: "no_replica", Body: []byte(`{"error":1}`), Headers: [][2]string{{"content-type", "application/json"}}, GRPCStatus: -1}
 	if !reflect.DeepEqual(lr, want) {
 		t.Errorf("LocalReply() = %+v, want %+v", lr, want)
+	}
+	// Sent once on_request_headers returned (whatever it answered), through
+	// the guest's own response callbacks, with Envoy's content-length; the
+	// guest's content-type stands. Then the stream ended by itself.
+	wantHdrs := [][2]string{{":status", "503"}, {"content-type", "application/json"}, {"content-length", "11"}}
+	if kv := decodeHex(t, strings.TrimPrefix(result(t, h, "response_headers", "pairs"), "0 ")); !reflect.DeepEqual(kv, wantHdrs) {
+		t.Errorf("on_response_headers of the local reply saw %q, want %q", kv, wantHdrs)
+	}
+	if got, want := streamCallbacks(h, s.ID()), []string{"create", "request_headers", "response_headers", "response_body", "log", "done", "delete"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("callbacks of the answered stream = %q, want %q", got, want)
+	}
+	if !s.Ended() || len(s.RequestBodyForwarded()) != 0 {
+		t.Errorf("Ended() = %v, forwarded %q; want ended, nothing upstream", s.Ended(), s.RequestBodyForwarded())
 	}
 	if a, err := s.RequestBody([]byte("x"), true); a != ActionPause || err != nil {
 		t.Errorf("RequestBody after local reply = %v, %v, want pause without a guest call", a, err)
@@ -565,7 +578,9 @@ func TestMisc(t *testing.T) {
 	if s.RouteCacheClears() != 1 {
 		t.Errorf("RouteCacheClears() = %d, want 1", s.RouteCacheClears())
 	}
-	if got, want := results(h, "request_headers", "continue"), []string{"12", "2"}; !reflect.DeepEqual(got, want) {
+	// Envoy's continueStream answers OK for DOWNSTREAM in an HTTP filter
+	// (no network callbacks to continue) and BAD_ARGUMENT past UPSTREAM.
+	if got, want := results(h, "request_headers", "continue"), []string{"0", "2"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("continue(downstream), continue(7) = %q, want %q", got, want)
 	}
 	if got := result(t, h, "request_headers", "log"); got != "2" {

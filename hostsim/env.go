@@ -64,9 +64,15 @@ var envFuncs = []hostFunc{
 		return vm.putU32(u32(s, 2), 0)
 	}},
 	{"proxy_get_header_map_pairs", 3, -1, 1, func(vm *VM, s []uint64) Status {
-		m := vm.headerMap(MapType(u32(s, 0)), false)
-		if m == nil {
+		t := MapType(u32(s, 0))
+		if t > maxMapType {
 			return StatusBadArgument
+		}
+		// A map that is not there reads as empty (envoy context.cc
+		// headerMapToPairs of nullptr).
+		m := vm.headerMap(t, false)
+		if m == nil || len(m.kv) == 0 {
+			return vm.copyOut(nil, u32(s, 1), u32(s, 2))
 		}
 		vm.scratch = AppendPairs(vm.scratch[:0], m.kv)
 		return vm.copyOut(vm.scratch, u32(s, 1), u32(s, 2))
@@ -89,7 +95,8 @@ var envFuncs = []hostFunc{
 		return StatusOK
 	}},
 	{"proxy_get_header_map_size", 2, -1, 1, func(vm *VM, s []uint64) Status {
-		m := vm.headerMap(MapType(u32(s, 0)), false)
+		// Envoy sizes only the maps a stream may write.
+		m := vm.headerMap(MapType(u32(s, 0)), true)
 		if m == nil {
 			return StatusBadArgument
 		}
@@ -102,6 +109,9 @@ var envFuncs = []hostFunc{
 	{"proxy_get_header_map_value", 5, -1, 1, func(vm *VM, s []uint64) Status {
 		m := vm.headerMap(MapType(u32(s, 0)), false)
 		if m == nil {
+			if vm.curStream != nil && vm.curStream.inLog {
+				return StatusNotFound // in Envoy's access-log phase a missing map is NOT_FOUND
+			}
 			return StatusBadArgument
 		}
 		k, ok := vm.read(u32(s, 1), u32(s, 2))
@@ -270,7 +280,7 @@ var envFuncs = []hostFunc{
 	}},
 	{"proxy_set_effective_context", 1, -1, 1, func(vm *VM, s []uint64) Status {
 		id := u32(s, 0)
-		if st := vm.streams[id]; st != nil && !st.done {
+		if st := vm.streams[id]; st != nil {
 			vm.curRoot, vm.curStream = st.root, st
 			return StatusOK
 		}
@@ -292,7 +302,7 @@ var envFuncs = []hostFunc{
 			h.mu.Lock()
 			h.scheduleLocked(h.now, func() error {
 				vm.mu.Lock()
-				defer vm.mu.Unlock()
+				defer vm.unlock()
 				if vm.usable() != nil {
 					return nil
 				}
@@ -464,12 +474,12 @@ func (vm *VM) curID() uint32 {
 func (vm *VM) buffer(t BufferType) *[]byte {
 	switch t {
 	case BufferHTTPRequestBody:
-		if vm.curStream != nil {
-			return &vm.curStream.reqBody.buf
+		if s := vm.curStream; s != nil {
+			return s.req.bodyView()
 		}
 	case BufferHTTPResponseBody:
-		if vm.curStream != nil {
-			return &vm.curStream.respBody.buf
+		if s := vm.curStream; s != nil {
+			return s.resp.bodyView()
 		}
 	case BufferHTTPCallResponseBody:
 		if vm.callResp != nil {
@@ -553,15 +563,24 @@ func hSetBufferBytes(vm *VM, s []uint64) Status {
 func (vm *VM) headerMap(t MapType, write bool) *headerMap {
 	var m *headerMap
 	if s := vm.curStream; s != nil {
+		open := false
 		switch t {
 		case MapHTTPRequestHeaders:
-			m = &s.reqHeaders
+			m, open = &s.req.headers, s.req.headersOpen
 		case MapHTTPRequestTrailers:
-			m = &s.reqTrailers
+			m, open = &s.req.trailers, s.req.trailersOpen
 		case MapHTTPResponseHeaders:
-			m = &s.respHeaders
+			m, open = &s.resp.headers, s.resp.headersOpen
 		case MapHTTPResponseTrailers:
-			m = &s.respTrailers
+			m, open = &s.resp.trailers, s.resp.trailersOpen
+		}
+		// During proxy_on_log reads see the access log's request headers,
+		// response headers and trailers (envoy context.cc getConstMap).
+		if s.inLog && !write && t != MapHTTPRequestTrailers {
+			open = true
+		}
+		if !open {
+			m = nil
 		}
 	}
 	if r := vm.callResp; r != nil && !write {
@@ -592,35 +611,34 @@ func (vm *VM) mutateHeader(s []uint64, op func(*headerMap, string, string)) Stat
 	return StatusOK
 }
 
+// streamOp is proxy_continue_stream and proxy_close_stream (envoy
+// context.cc continueStream, closeStream): DOWNSTREAM and UPSTREAM concern
+// network filters (continue UPSTREAM is UNIMPLEMENTED, the rest a no-op),
+// and a context that is no stream has nothing to continue or close.
 func (vm *VM) streamOp(t StreamType, closeIt bool) Status {
-	s := vm.curStream
 	if t > StreamUpstream {
 		return StatusBadArgument
 	}
-	if s == nil {
-		return StatusNotFound
+	if t == StreamUpstream && !closeIt {
+		return StatusUnimplemented
 	}
-	if t == StreamDownstream || t == StreamUpstream {
-		return StatusUnimplemented // network filters only
-	}
-	if closeIt {
-		s.closed[t] = true
-		s.ended = true
+	s := vm.curStream
+	if s == nil || t == StreamDownstream || t == StreamUpstream {
 		return StatusOK
 	}
-	if t == StreamRequest {
-		s.reqPaused = false
+	if closeIt {
+		vm.deferCall(deferredCall{op: opClose, s: s, t: t})
 	} else {
-		s.respPaused = false
+		vm.continueStream(s, t)
 	}
 	return StatusOK
 }
 
+// hSendLocalResponse records the reply and defers it to the end of the
+// guest call (filter.go sendLocalReply). Envoy answers OK whatever happens
+// to it: a context that is no stream, or a stream already answered, ignores
+// it.
 func hSendLocalResponse(vm *VM, s []uint64) Status {
-	st := vm.curStream
-	if st == nil {
-		return StatusBadArgument
-	}
 	details, ok1 := vm.read(u32(s, 1), u32(s, 2))
 	body, ok2 := vm.read(u32(s, 3), u32(s, 4))
 	hdrs, ok3 := vm.read(u32(s, 5), u32(s, 6))
@@ -631,17 +649,17 @@ func hSendLocalResponse(vm *VM, s []uint64) Status {
 	if err != nil {
 		return StatusBadArgument
 	}
-	if st.local != nil {
-		return StatusBadArgument
+	st := vm.curStream
+	if st == nil {
+		return StatusOK
 	}
-	st.local = &LocalReply{
+	vm.deferCall(deferredCall{op: opLocalReply, s: st, lr: &LocalReply{
 		Status:     int(u32(s, 0)),
 		Details:    string(details),
 		Body:       append([]byte(nil), body...),
 		Headers:    lowerHeaders(kv),
 		GRPCStatus: int32(u32(s, 7)),
-	}
-	st.ended = true
+	}})
 	return StatusOK
 }
 
@@ -724,7 +742,7 @@ func hHTTPCall(vm *VM, s []uint64) Status {
 
 func (vm *VM) deliverCallResponse(r *Root, token uint32, resp *callResponse) error {
 	vm.mu.Lock()
-	defer vm.mu.Unlock()
+	defer vm.unlock()
 	// Envoy cancels a root's pending calls when the root goes away.
 	if vm.usable() != nil || r.deleted {
 		return nil
@@ -790,7 +808,7 @@ func hEnqueue(vm *VM, s []uint64) Status {
 
 func (vm *VM) deliverQueueReady(rootID, qid uint32) error {
 	vm.mu.Lock()
-	defer vm.mu.Unlock()
+	defer vm.unlock()
 	r := vm.roots[rootID]
 	if vm.usable() != nil || r == nil {
 		return nil
@@ -896,9 +914,9 @@ func (s *Stream) computedProperty(path string) ([]byte, bool) {
 	}
 	switch path {
 	case "request\x00path":
-		return hdr(&s.reqHeaders, headerPath)
+		return hdr(&s.req.headers, headerPath)
 	case "request\x00url_path":
-		v, ok := s.reqHeaders.get(headerPath)
+		v, ok := s.req.headers.get(headerPath)
 		for i := 0; i < len(v); i++ {
 			if v[i] == '?' {
 				v = v[:i]
@@ -907,27 +925,27 @@ func (s *Stream) computedProperty(path string) ([]byte, bool) {
 		}
 		return []byte(v), ok
 	case "request\x00host":
-		return hdr(&s.reqHeaders, headerAuthority)
+		return hdr(&s.req.headers, headerAuthority)
 	case "request\x00method":
-		return hdr(&s.reqHeaders, headerMethod)
+		return hdr(&s.req.headers, headerMethod)
 	case "request\x00scheme":
-		return hdr(&s.reqHeaders, ":scheme")
+		return hdr(&s.req.headers, ":scheme")
 	case "request\x00id":
-		return hdr(&s.reqHeaders, "x-request-id")
+		return hdr(&s.req.headers, "x-request-id")
 	case "request\x00useragent":
-		return hdr(&s.reqHeaders, "user-agent")
+		return hdr(&s.req.headers, "user-agent")
 	case "request\x00referer":
-		return hdr(&s.reqHeaders, "referer")
+		return hdr(&s.req.headers, "referer")
 	case "request\x00headers":
-		if s.reqHeaders.present {
-			return EncodePairs(s.reqHeaders.kv), true
+		if s.req.headers.present {
+			return EncodePairs(s.req.headers.kv), true
 		}
 	case "response\x00headers":
-		if s.respHeaders.present {
-			return EncodePairs(s.respHeaders.kv), true
+		if s.resp.headers.present {
+			return EncodePairs(s.resp.headers.kv), true
 		}
 	case "response\x00code":
-		if v, ok := s.respHeaders.get(headerStatus); ok {
+		if v, ok := s.resp.headers.get(headerStatus); ok {
 			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
 				return binary.LittleEndian.AppendUint64(nil, uint64(n)), true
 			}

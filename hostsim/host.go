@@ -28,13 +28,40 @@ const (
 	PollZeroEvents
 )
 
+// HeadersPause selects what a PAUSE from proxy_on_request_headers or
+// proxy_on_response_headers does. Envoy's default differs from what
+// gpuroute needs: a router that reads the request body before it picks the
+// upstream must hold the headers while it reads the body, which Envoy
+// allows only with the wasm PluginConfig's allow_on_headers_stop_iteration
+// (Envoy 1.35 and later, proxy-wasm-cpp-host PR #434).
+type HeadersPause int
+
+const (
+	// HeadersStopIteration is Envoy with allow_on_headers_stop_iteration:
+	// true, the configuration gpuroute requires. PAUSE is StopIteration:
+	// the headers wait, and the body and trailers still reach the guest,
+	// which may edit the headers until it lets them go.
+	HeadersStopIteration HeadersPause = iota
+	// HeadersStopAll is Envoy's default: PAUSE is
+	// StopAllIterationAndWatermark (cpp-host
+	// convertVmCallResultToFilterHeadersStatus). The body and trailers wait
+	// in the host, unseen by the guest, until it calls proxy_continue_stream;
+	// then the headers go on as they are and only then does the guest's
+	// body callback get what waited.
+	HeadersStopAll
+)
+
 // Options configures a Host. The zero value is a usable Envoy-like host:
-// virtual clock at DefaultStart, poll_oneoff=ENOSYS, every log level kept.
+// virtual clock at DefaultStart, poll_oneoff=ENOSYS, headers PAUSE as
+// StopIteration, every log level kept.
 type Options struct {
 	// Start is the virtual wall-clock time at creation; zero means DefaultStart.
 	Start time.Time
 	// Poll selects the poll_oneoff behaviour; the zero value is PollENOSYS.
 	Poll PollMode
+	// HeadersPause selects what PAUSE from a headers callback does; the
+	// zero value is HeadersStopIteration.
+	HeadersPause HeadersPause
 	// LogLevel is what proxy_get_log_level reports; messages below it are
 	// dropped, as Envoy does. The zero value (LogTrace) keeps all.
 	LogLevel LogLevel

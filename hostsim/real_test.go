@@ -267,3 +267,48 @@ func BenchmarkCompileCached(b *testing.B) {
 		h.Close()
 	}
 }
+
+// TestRealModuleHeadersStopAll: under Envoy's default for a headers PAUSE
+// (StopAllIterationAndWatermark) the module's body callback never runs, so
+// an inference request is never routed: gpuroute needs the wasm
+// PluginConfig's allow_on_headers_stop_iteration (HeadersStopIteration),
+// under which the same request is routed at the end of its body.
+func TestRealModuleHeadersStopAll(t *testing.T) {
+	tests := []struct {
+		name   string
+		pause  HeadersPause
+		routed bool
+	}{
+		{name: "stop iteration", pause: HeadersStopIteration, routed: true},
+		{name: "stop all", pause: HeadersStopAll, routed: false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h, roots := realWorkers(t, 1, Options{HeadersPause: tc.pause})
+			if err := h.Advance(100 * time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+			s, err := roots[0].NewStream()
+			if err != nil {
+				t.Fatal(err)
+			}
+			hdrs := [][2]string{{":method", "POST"}, {":path", "/v1/completions"}, {":authority", "llm"}}
+			if _, err := s.RequestHeaders(hdrs, false); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.RequestBody([]byte(`{"model":"m","prompt":"hello"}`), true); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.Advance(time.Second); err != nil {
+				t.Fatal(err)
+			}
+			_, routed := s.RequestHeader("x-gateway-destination-endpoint")
+			if routed != tc.routed || s.RequestPaused() == tc.routed {
+				t.Errorf("destination set %v, RequestPaused() = %v; want routed %v", routed, s.RequestPaused(), tc.routed)
+			}
+			if err := s.Done(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -140,6 +140,11 @@ type VM struct {
 	scratch   []byte
 	bodies    [][]byte // body buffers of ended streams, for the next ones
 	stderr    []byte   // head of what the running callback wrote to stderr
+	// What the guest's stream calls asked for, run once its call returns
+	// (filter.go), and the embedder's hooks they triggered, run by unlock.
+	deferred     []deferredCall
+	deferredHead int
+	notices      []notice
 }
 
 type callResponse struct {
@@ -171,7 +176,7 @@ func (h *Host) NewVM(ctx context.Context, mod *Module, vmID string, vmConfig []b
 	}
 	vm.callCtx = context.WithValue(ctx, vmKey{}, vm)
 	vm.mu.Lock()
-	defer vm.mu.Unlock()
+	defer vm.unlock()
 	inst, err := h.rt.InstantiateModule(vm.callCtx, mod.compiled,
 		wazero.NewModuleConfig().WithName("").WithStartFunctions(exportInitialize))
 	if err != nil {
@@ -264,7 +269,8 @@ func (vm *VM) usable() error {
 	return nil
 }
 
-// invoke calls export fn with up to 5 arguments. A missing export returns
+// invoke calls export fn with up to 5 arguments, then runs what the guest's
+// stream calls deferred to the end of the call. A missing export returns
 // def, as Envoy skips callbacks a module does not export. Callers hold vm.mu.
 func (vm *VM) invoke(fn int, def uint64, n int, a0, a1, a2, a3, a4 uint64) (uint64, error) {
 	if err := vm.usable(); err != nil {
@@ -303,9 +309,11 @@ func (vm *VM) invoke(fn int, def uint64, n int, a0, a1, a2, a3, a4 uint64) (uint
 		b.WriteString(firstLine(err.Error()))
 		b.WriteString(vm.stderrSuffix())
 		vm.failed = &trapError{msg: b.String(), cause: err}
+		vm.deferred, vm.deferredHead = vm.deferred[:0], 0
 		return 0, vm.failed
 	}
-	return st[0], nil
+	r := st[0] // the deferred calls reuse vm.stack
+	return r, vm.runDeferred()
 }
 
 func (vm *VM) callBool(fn int, def bool, a0, a1 uint64) (bool, error) {
@@ -368,7 +376,7 @@ func (vm *VM) after() {
 func (vm *VM) Configure(rootID string, pluginConfig []byte) (*Root, error) {
 	vm.mu.Lock()
 	r, err := vm.configureLocked(rootID, pluginConfig)
-	vm.mu.Unlock()
+	vm.unlock()
 	vm.after()
 	return r, err
 }
@@ -458,7 +466,7 @@ func (vm *VM) deleteRootLocked(r *Root) error {
 // (registerVmIdHandleCallback → deleteByVmId).
 func (vm *VM) Close() error {
 	vm.mu.Lock()
-	defer vm.mu.Unlock()
+	defer vm.unlock()
 	if vm.closed {
 		return nil
 	}
@@ -573,7 +581,7 @@ func (r *Root) Tick() error {
 			return err
 		})
 	}
-	vm.mu.Unlock()
+	vm.unlock()
 	vm.after()
 	return err
 }
@@ -581,7 +589,7 @@ func (r *Root) Tick() error {
 func (r *Root) fireTick(gen uint64) error {
 	vm := r.vm
 	vm.mu.Lock()
-	defer vm.mu.Unlock()
+	defer vm.unlock()
 	if r.tickGen != gen || r.retired || vm.usable() != nil {
 		return nil
 	}

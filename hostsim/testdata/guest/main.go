@@ -12,7 +12,9 @@
 // response_body, response_trailers, tick, http_call_response, queue_ready,
 // done, log, delete. A line "quiet" turns off the per-callback trace.
 // Arguments are split on spaces; "\s" is a space, "\0" a NUL, "-" empty,
-// "$ctx" the current context id. Each command logs "<callback> <cmd> = <status> <results>".
+// "$ctx" the current context id, "$held" the first id on the held list
+// ("hold" appends the current context, "unhold" drops the first; 0 when
+// empty). Each command logs "<callback> <cmd> = <status> <results>".
 package main
 
 import (
@@ -167,6 +169,7 @@ var (
 	quiet   bool
 	vmCfg   map[string][]cmd
 	garbage [][]byte
+	held    []uint32 // streams a script holds, for other callbacks to resume
 )
 
 func logInfo(s string) { proxyLog(2, sp(s), uint32(len(s))) }
@@ -229,6 +232,13 @@ func arg(ctx uint32, s string) string {
 		return ""
 	}
 	s = strings.ReplaceAll(s, "$ctx", strconv.FormatUint(uint64(ctx), 10))
+	if strings.Contains(s, "$held") {
+		var first uint32
+		if len(held) > 0 {
+			first = held[0]
+		}
+		s = strings.ReplaceAll(s, "$held", strconv.FormatUint(uint64(first), 10))
+	}
 	s = strings.ReplaceAll(s, `\s`, " ")
 	return strings.ReplaceAll(s, `\0`, "\x00")
 }
@@ -284,6 +294,14 @@ func exec(ctx uint32, c cmd) (out string, ret uint32, isRet bool) {
 	switch a[0] {
 	case "ret":
 		return "", num(a[1]), true
+	case "hold":
+		held = append(held, ctx)
+		return st(uint32(len(held))), 0, false
+	case "unhold":
+		if len(held) > 0 {
+			held = held[1:]
+		}
+		return st(uint32(len(held))), 0, false
 	case "log":
 		return st(proxyLog(num(a[1]), sp(a[2]), uint32(len(a[2])))), 0, false
 	case "loglevel":
