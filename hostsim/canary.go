@@ -159,24 +159,16 @@ var (
 	v8AllocateAfter   = append(append([]string(nil), v8AllocateBefore533...), v8Added533...)
 )
 
-func (r V8Restrictions) initializeAllowed() []string {
+// allowed returns the allow-lists in force during _initialize and during
+// proxy_on_memory_allocate; nil lets every host call through.
+func (r V8Restrictions) allowed() (initialize, allocate []string) {
 	switch r {
 	case V8Before533:
-		return v8InitializeBefore533
+		return v8InitializeBefore533, v8AllocateBefore533
 	case V8After533:
-		return v8InitializeAfter
+		return v8InitializeAfter, v8AllocateAfter
 	}
-	return nil
-}
-
-func (r V8Restrictions) allocateAllowed() []string {
-	switch r {
-	case V8Before533:
-		return v8AllocateBefore533
-	case V8After533:
-		return v8AllocateAfter
-	}
-	return nil
+	return nil, nil
 }
 
 // restrictedCall is the panic value (a trap) of a host call V8's allow-list

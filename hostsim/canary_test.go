@@ -181,10 +181,11 @@ func TestV8Lists(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := allowed(tc.v8.initializeAllowed(), tc.call); got != tc.init {
+			initialize, allocate := tc.v8.allowed()
+			if got := allowed(initialize, tc.call); got != tc.init {
 				t.Errorf("%s allowed in _initialize = %v, want %v", tc.call, got, tc.init)
 			}
-			if got := allowed(tc.v8.allocateAllowed(), tc.call); got != tc.alloc {
+			if got := allowed(allocate, tc.call); got != tc.alloc {
 				t.Errorf("%s allowed in the allocator = %v, want %v", tc.call, got, tc.alloc)
 			}
 		})

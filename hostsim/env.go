@@ -401,7 +401,7 @@ func (vm *VM) malloc(n uint32) uint32 {
 	if vm.timeGuest {
 		t0 = nanotime()
 	}
-	vm.restricted = vm.host.opts.V8.allocateAllowed()
+	_, vm.restricted = vm.host.opts.V8.allowed()
 	err := vm.fn[fnMalloc].CallWithStack(vm.callCtx, st)
 	vm.restricted = nil
 	if err != nil {

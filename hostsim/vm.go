@@ -210,7 +210,7 @@ func (h *Host) newInstance(ctx context.Context, mod *Module, vmID string, vmConf
 		timeGuest: h.opts.TimeGuest,
 	}
 	vm.callCtx = context.WithValue(ctx, vmKey{}, vm)
-	vm.restricted = h.opts.V8.initializeAllowed()
+	vm.restricted, _ = h.opts.V8.allowed()
 	inst, err := h.rt.InstantiateModule(vm.callCtx, mod.compiled,
 		wazero.NewModuleConfig().WithName("").WithStartFunctions(exportInitialize))
 	vm.restricted = nil
