@@ -9,8 +9,8 @@
 //
 // then root.NewStream(), stream.RequestHeaders(...), h.Advance(time.Second).
 //
-// What it emulates (sources: the spec, proxy-wasm-cpp-host, Envoy; see
-// /work/shared/ABI.md):
+// What it emulates (sources: the spec, proxy-wasm-cpp-host, Envoy; the
+// reasoning is in docs/abi.md, "How hostsim emulates Envoy"):
 //
 //   - A Host is one Envoy process: a virtual clock (tests never sleep),
 //     shared data and shared queues keyed by vm_id with cpp-host's CAS rules
@@ -25,11 +25,26 @@
 //     not wazero's full WASI: poll_oneoff answers ENOSYS (Envoy 1.33–1.37,
 //     the default) or 0 events (cpp-host PR #533) per Options.Poll.
 //   - Roots (VM.Configure) tick on the virtual clock; Host.Advance fires due
-//     ticks, http_call responses and timeouts in time order. Reconfiguring a
-//     root id creates a new root in the same VM; a rejected configuration
-//     keeps the old root.
-//   - Streams are driven like Envoy's HTTP filter chain; local replies, header
-//     edits, pauses and closes are observable on the Stream.
+//     ticks, http_call responses and timeouts and queue deliveries in time
+//     order. Reconfiguring a root id creates a new root in the same VM; a
+//     rejected configuration keeps the old root. Options.Canary first runs
+//     each new configuration in a throwaway VM, as Envoy does (canary.go).
+//   - Options.V8 enforces V8's allow-lists of host calls during _initialize
+//     and proxy_on_memory_allocate; WASI answers as cpp-host's stubs do
+//     (an unknown clock id is ENOTSUP).
+//   - Streams are driven like Envoy's HTTP filter chain drives the wasm
+//     filter (filter.go): the guest's stream calls (proxy_continue_stream,
+//     proxy_close_stream, proxy_send_local_response) take effect once the
+//     guest call that made them returns; a local reply runs the guest's own
+//     response callbacks and then ends the stream; a stream ends with
+//     proxy_on_log, proxy_on_done, proxy_on_delete. Options.HeadersPause
+//     selects what a headers PAUSE holds back.
+//   - Held requests: a guest that holds a request (PAUSE) and releases it or
+//     answers it from another callback of its VM — a tick, another stream's
+//     callback, proxy_on_queue_ready, an http_call response — tells the
+//     embedder through the stream's hooks, at the virtual time it happens:
+//     Stream.OnRequestResumed (the headers as the guest left them and the
+//     held body have gone upstream), Stream.OnLocalReply, Stream.OnReset.
 //   - A guest trap fails the VM: the error names the callback, later calls
 //     return it (errors.Is(err, ErrVMFailed)).
 //   - Options.Probe (GuestProbe) counts and times chosen guest functions,

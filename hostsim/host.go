@@ -13,7 +13,7 @@ import (
 )
 
 // PollMode selects how WASI poll_oneoff answers; the Go runtime calls it
-// when it waits on a timer or the netpoller (ABI.md §1.5).
+// when it waits on a timer or the netpoller (docs/abi.md "Envoy behaviour").
 type PollMode int
 
 const (
@@ -28,13 +28,49 @@ const (
 	PollZeroEvents
 )
 
+// HeadersPause selects what a PAUSE from proxy_on_request_headers or
+// proxy_on_response_headers does. Envoy's default differs from what
+// gpuroute needs: a router that reads the request body before it picks the
+// upstream must hold the headers while it reads the body, which Envoy
+// allows only with the wasm PluginConfig's allow_on_headers_stop_iteration
+// (Envoy 1.35 and later, proxy-wasm-cpp-host PR #434).
+type HeadersPause int
+
+const (
+	// HeadersStopIteration is Envoy with allow_on_headers_stop_iteration:
+	// true, the configuration gpuroute requires. PAUSE is StopIteration:
+	// the headers wait, and the body and trailers still reach the guest,
+	// which may edit the headers until it lets them go.
+	HeadersStopIteration HeadersPause = iota
+	// HeadersStopAll is Envoy's default: PAUSE is
+	// StopAllIterationAndWatermark (cpp-host
+	// convertVmCallResultToFilterHeadersStatus). The body and trailers wait
+	// in the host, unseen by the guest, until it calls proxy_continue_stream;
+	// then the headers go on as they are and only then does the guest's
+	// body callback get what waited.
+	HeadersStopAll
+)
+
 // Options configures a Host. The zero value is a usable Envoy-like host:
-// virtual clock at DefaultStart, poll_oneoff=ENOSYS, every log level kept.
+// virtual clock at DefaultStart, poll_oneoff=ENOSYS, headers PAUSE as
+// StopIteration, no configuration canary, no V8 allow-lists, every log
+// level kept.
 type Options struct {
 	// Start is the virtual wall-clock time at creation; zero means DefaultStart.
 	Start time.Time
 	// Poll selects the poll_oneoff behaviour; the zero value is PollENOSYS.
 	Poll PollMode
+	// HeadersPause selects what PAUSE from a headers callback does; the
+	// zero value is HeadersStopIteration.
+	HeadersPause HeadersPause
+	// Canary runs the configuration canary Envoy runs before a new plugin
+	// configuration reaches any worker (canary.go): a throwaway VM that
+	// initializes, starts and configures one root and is destroyed.
+	Canary bool
+	// V8 selects the allow-lists of host calls during _initialize and
+	// proxy_on_memory_allocate that Envoy's V8 engine enforces; the zero
+	// value enforces none.
+	V8 V8Restrictions
 	// LogLevel is what proxy_get_log_level reports; messages below it are
 	// dropped, as Envoy does. The zero value (LogTrace) keeps all.
 	LogLevel LogLevel
@@ -118,6 +154,9 @@ type Host struct {
 	pollCalls uint64
 	// wallStep is StepWallClock's accumulated offset of the wall clock.
 	wallStep time.Duration
+	// The configuration canary's verdicts (nil: accepted) and runs.
+	canaryVerdicts map[canaryKey]error
+	canaries       int
 }
 
 // NewHost creates a Host. Close it to release the wazero runtime.
@@ -151,6 +190,8 @@ func NewHost(opts Options) *Host {
 		qByName:  map[queueKey]*queue{},
 		metrics:  map[string]*metric{},
 		clusters: map[string]Cluster{},
+
+		canaryVerdicts: map[canaryKey]error{},
 	}
 	if err := h.instantiateHostModules(context.Background()); err != nil {
 		// Only a bug in hostsim's own function signatures can get here.
@@ -321,7 +362,7 @@ func (h *Host) ClearLogs() {
 	h.mu.Unlock()
 }
 
-// Shared data (proxy-wasm-cpp-host src/shared_data.cc, ABI.md §3.2).
+// Shared data (proxy-wasm-cpp-host src/shared_data.cc).
 
 type sharedEntry struct {
 	value []byte
@@ -368,8 +409,9 @@ func (h *Host) setShared(vmID, key string, value []byte, cas uint32) Status {
 		return StatusCASMismatch
 	}
 	// In place: Envoy's shared data replaces the value under its lock, and
-	// a fresh copy per update was most of what a routed request allocated
-	// in the host.
+	// an update must not allocate in the host, whose collector would run
+	// inside the callbacks the benchmarks time (TestSharedDataCAS holds
+	// that readers keep their copies).
 	e.value = append(e.value[:0], value...)
 	e.cas = h.nextCASLocked()
 	return StatusOK

@@ -6,30 +6,38 @@ import (
 	"strings"
 )
 
-// Stream is one HTTP stream driven through the plugin like Envoy's filter
-// chain drives the wasm filter: headers, body chunks and trailers of the
-// request, then of the response, then Done (proxy_on_done, proxy_on_log,
-// proxy_on_delete). A local reply or a closed stream ends it: later
-// request/response phases return ActionPause without calling the guest,
-// since Envoy would not deliver them. (Whether Envoy runs this filter's
-// response callbacks on its own local reply is unverified; hostsim does not.)
+// Stream is one HTTP stream driven through the plugin the way Envoy's HTTP
+// connection manager drives the wasm filter: headers, body chunks and
+// trailers of the request, then of the response, then Done. filter.go
+// holds the rules (what the guest's answers and host calls do, when); the
+// embedder's calls deliver what the client and the upstream send.
+//
+// Once the stream has ended (a local reply, a reset by the guest, or Done)
+// the request/response calls return ActionPause without calling the guest,
+// since Envoy would deliver nothing more; after the embedder's own Done they
+// return an error.
 type Stream struct {
 	root *Root
 	vm   *VM
 	id   uint32
 
-	reqHeaders, reqTrailers, respHeaders, respTrailers headerMap
-	reqBody, respBody                                  bodyState
+	req, resp direction
 
-	local       *LocalReply
-	reqPaused   bool
-	respPaused  bool
-	closed      [4]bool // by StreamType
-	ended       bool
-	done        bool
+	local     *LocalReply
+	replied   bool    // a local reply was sent: the embedder's frames no longer reach the guest
+	closed    [4]bool // by StreamType: reset by proxy_close_stream or by a late local reply
+	destroyed bool    // proxy_on_log, proxy_on_done and proxy_on_delete ran
+	released  bool    // the embedder called Done
+	inLog     bool    // proxy_on_log is running: header reads see the access log's maps
+
 	props       map[string][]byte
 	routeClears int
 	filterState map[string][]byte
+
+	onRequestResumed  func()
+	onResponseResumed func()
+	onLocalReply      func(*LocalReply)
+	onReset           func()
 }
 
 type headerMap struct {
@@ -38,13 +46,13 @@ type headerMap struct {
 }
 
 // bodyState is one direction's body. Its buffers come from the VM's pool
-// and go back at Done (a 32 KB prompt buffered and forwarded was a routed
-// request's largest host allocation, and the host's garbage collector then
-// ran inside the callbacks the benchmarks time).
+// and go back when the stream ends, so that buffering and forwarding a
+// prompt allocates nothing in the host, whose collector would otherwise
+// run inside the callbacks the benchmarks time.
 type bodyState struct {
 	buf       []byte // what proxy_get_buffer_bytes sees
-	buffering bool   // last callback returned PAUSE: keep accumulating
-	forwarded []byte // what went upstream/downstream
+	buffering bool   // the last body callback returned PAUSE: keep accumulating
+	forwarded []byte // what went past the filter (upstream or downstream)
 }
 
 // LocalReply is a proxy_send_local_response the guest made.
@@ -62,7 +70,7 @@ func (r *Root) NewStream() (*Stream, error) {
 	vm := r.vm
 	vm.mu.Lock()
 	s, err := r.newStreamLocked()
-	vm.mu.Unlock()
+	vm.unlock()
 	vm.after()
 	return s, err
 }
@@ -77,6 +85,7 @@ func (r *Root) newStreamLocked() (*Stream, error) {
 	}
 	vm.nextID++
 	s := &Stream{root: r, vm: vm, id: vm.nextID}
+	s.req.fn, s.resp.fn = fnOnRequestHeaders, fnOnResponseHeaders
 	vm.streams[s.id] = s
 	r.streams++
 	err := vm.withContext(r, s, func() error {
@@ -112,16 +121,16 @@ func lowerASCII(s string) string {
 	return s
 }
 
-// phase runs one stream callback under the VM lock.
+// phase runs one of the embedder's stream calls under the VM lock.
 func (s *Stream) phase(f func() (Action, error)) (Action, error) {
 	vm := s.vm
 	vm.mu.Lock()
 	var a Action
 	var err error
 	switch {
-	case s.done:
+	case s.released:
 		err = errors.New("hostsim: stream " + strconv.FormatUint(uint64(s.id), 10) + " is done")
-	case s.ended:
+	case s.replied || s.destroyed:
 		a = ActionPause
 	default:
 		err = vm.usable()
@@ -133,36 +142,17 @@ func (s *Stream) phase(f func() (Action, error)) (Action, error) {
 			})
 		}
 	}
-	vm.mu.Unlock()
+	vm.unlock()
 	vm.after()
 	return a, err
 }
 
-func (s *Stream) action(fn int, a0, a1, a2 uint64, paused *bool) (Action, error) {
-	r, err := s.vm.invoke(fn, 0, 3, a0, a1, a2, 0, 0)
-	if err != nil {
-		return 0, err
-	}
-	a := Action(uint32(r))
-	*paused = a != ActionContinue
-	return a, nil
-}
-
-func b2u(b bool) uint64 {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 // RequestHeaders delivers the request headers (names are lowercased, as
-// Envoy's codecs do) and runs proxy_on_request_headers. PAUSE holds the
-// request until the guest calls proxy_continue_stream (see RequestPaused).
+// Envoy's codecs do) and runs proxy_on_request_headers. A PAUSE holds the
+// request (RequestPaused) until the guest calls proxy_continue_stream; what
+// reaches the guest meanwhile depends on Options.HeadersPause.
 func (s *Stream) RequestHeaders(h [][2]string, endOfStream bool) (Action, error) {
-	return s.phase(func() (Action, error) {
-		s.reqHeaders = headerMap{present: true, kv: lowerHeaders(h)}
-		return s.action(fnOnRequestHeaders, uint64(s.id), uint64(len(h)), b2u(endOfStream), &s.reqPaused)
-	})
+	return s.phase(func() (Action, error) { return s.onHeaders(&s.req, h, endOfStream) })
 }
 
 // RequestBody delivers a request body chunk and runs proxy_on_request_body.
@@ -170,111 +160,58 @@ func (s *Stream) RequestHeaders(h [][2]string, endOfStream bool) (Action, error)
 // (and body_size) is everything buffered so far, as in Envoy's
 // StopIterationAndBuffer; CONTINUE forwards the buffer.
 func (s *Stream) RequestBody(chunk []byte, endOfStream bool) (Action, error) {
-	return s.phase(func() (Action, error) {
-		return s.body(fnOnRequestBody, &s.reqBody, chunk, endOfStream, &s.reqPaused)
-	})
-}
-
-func (s *Stream) body(fn int, b *bodyState, chunk []byte, eos bool, paused *bool) (Action, error) {
-	if b.buf == nil {
-		b.buf = s.vm.takeBody()
-	}
-	if b.buffering {
-		b.buf = append(b.buf, chunk...)
-	} else {
-		b.buf = append(b.buf[:0], chunk...)
-	}
-	a, err := s.action(fn, uint64(s.id), uint64(len(b.buf)), b2u(eos), paused)
-	if err != nil {
-		return a, err
-	}
-	if a == ActionContinue {
-		if b.forwarded == nil {
-			b.forwarded = s.vm.takeBody()
-		}
-		b.forwarded = append(b.forwarded, b.buf...)
-		b.buffering = false
-	} else {
-		b.buffering = !eos
-	}
-	return a, nil
+	return s.phase(func() (Action, error) { return s.onBody(&s.req, chunk, endOfStream) })
 }
 
 // RequestTrailers delivers request trailers and runs proxy_on_request_trailers.
 func (s *Stream) RequestTrailers(t [][2]string) (Action, error) {
-	return s.phase(func() (Action, error) {
-		s.reqTrailers = headerMap{present: true, kv: lowerHeaders(t)}
-		return s.action(fnOnRequestTrailers, uint64(s.id), uint64(len(t)), 0, &s.reqPaused)
-	})
+	return s.phase(func() (Action, error) { return s.onTrailers(&s.req, t) })
 }
 
 // ResponseHeaders delivers the upstream response headers (include ":status")
 // and runs proxy_on_response_headers.
 func (s *Stream) ResponseHeaders(h [][2]string, endOfStream bool) (Action, error) {
-	return s.phase(func() (Action, error) {
-		s.respHeaders = headerMap{present: true, kv: lowerHeaders(h)}
-		return s.action(fnOnResponseHeaders, uint64(s.id), uint64(len(h)), b2u(endOfStream), &s.respPaused)
-	})
+	return s.phase(func() (Action, error) { return s.onHeaders(&s.resp, h, endOfStream) })
 }
 
 // ResponseBody delivers a response body chunk (see RequestBody).
 func (s *Stream) ResponseBody(chunk []byte, endOfStream bool) (Action, error) {
-	return s.phase(func() (Action, error) {
-		return s.body(fnOnResponseBody, &s.respBody, chunk, endOfStream, &s.respPaused)
-	})
+	return s.phase(func() (Action, error) { return s.onBody(&s.resp, chunk, endOfStream) })
 }
 
 // ResponseTrailers delivers response trailers.
 func (s *Stream) ResponseTrailers(t [][2]string) (Action, error) {
-	return s.phase(func() (Action, error) {
-		s.respTrailers = headerMap{present: true, kv: lowerHeaders(t)}
-		return s.action(fnOnResponseTrailers, uint64(s.id), uint64(len(t)), 0, &s.respPaused)
-	})
+	return s.phase(func() (Action, error) { return s.onTrailers(&s.resp, t) })
 }
 
-// Done ends the stream: proxy_on_done, proxy_on_log, proxy_on_delete (the
-// order Envoy's filter destruction and access logging produce). Calling it
-// twice is a no-op.
+// Done ends the stream, whether it completed or the client went away:
+// proxy_on_log, proxy_on_done, proxy_on_delete, in the order Envoy's
+// connection manager produces (access logs, then filter destruction). A
+// held request is dropped: nothing more goes upstream. Done on a stream the
+// host already ended (a local reply, a reset), or a second Done, runs
+// nothing.
 func (s *Stream) Done() error {
 	vm := s.vm
 	vm.mu.Lock()
 	err := s.doneLocked()
-	vm.mu.Unlock()
+	vm.unlock()
 	vm.after()
 	return err
 }
 
 func (s *Stream) doneLocked() error {
-	vm := s.vm
-	if s.done {
+	if s.released {
 		return nil
 	}
-	if err := vm.usable(); err != nil {
+	if s.destroyed {
+		s.released = true
+		return nil
+	}
+	if err := s.vm.usable(); err != nil {
 		return err
 	}
-	s.done, s.ended = true, true
-	err := vm.withContext(s.root, s, func() error {
-		id := uint64(s.id)
-		if _, err := vm.invoke(fnOnDone, 1, 1, id, 0, 0, 0, 0); err != nil {
-			return err
-		}
-		if _, err := vm.invoke(fnOnLog, 0, 1, id, 0, 0, 0, 0); err != nil {
-			return err
-		}
-		_, err := vm.invoke(fnOnDelete, 0, 1, id, 0, 0, 0, 0)
-		return err
-	})
-	delete(vm.streams, s.id)
-	s.root.streams--
-	for _, b := range []*bodyState{&s.reqBody, &s.respBody} {
-		vm.putBody(b.buf)
-		vm.putBody(b.forwarded)
-		*b = bodyState{}
-	}
-	if err != nil {
-		return err
-	}
-	return vm.maybeDeleteRootLocked(s.root)
+	s.released = true
+	return s.vm.withContext(s.root, s, s.destroy)
 }
 
 func (s *Stream) lock() func() {
@@ -282,55 +219,57 @@ func (s *Stream) lock() func() {
 	return s.vm.mu.Unlock
 }
 
-// RequestHeaderMap returns a copy of the request headers as the guest left them.
+// RequestHeaderMap returns a copy of the request headers as the guest left
+// them: once the request went upstream (RequestPaused false), what went.
 func (s *Stream) RequestHeaderMap() [][2]string {
 	defer s.lock()()
-	return append([][2]string(nil), s.reqHeaders.kv...)
+	return append([][2]string(nil), s.req.headers.kv...)
 }
 
-// ResponseHeaderMap returns a copy of the response headers as the guest left them.
+// ResponseHeaderMap returns a copy of the response headers as the guest
+// left them (after a local reply: the local reply's).
 func (s *Stream) ResponseHeaderMap() [][2]string {
 	defer s.lock()()
-	return append([][2]string(nil), s.respHeaders.kv...)
+	return append([][2]string(nil), s.resp.headers.kv...)
 }
 
 // RequestTrailerMap returns a copy of the request trailers.
 func (s *Stream) RequestTrailerMap() [][2]string {
 	defer s.lock()()
-	return append([][2]string(nil), s.reqTrailers.kv...)
+	return append([][2]string(nil), s.req.trailers.kv...)
 }
 
 // ResponseTrailerMap returns a copy of the response trailers.
 func (s *Stream) ResponseTrailerMap() [][2]string {
 	defer s.lock()()
-	return append([][2]string(nil), s.respTrailers.kv...)
+	return append([][2]string(nil), s.resp.trailers.kv...)
 }
 
 // RequestHeader returns the first value of a request header (name is
 // matched case-insensitively).
 func (s *Stream) RequestHeader(name string) (string, bool) {
 	defer s.lock()()
-	return s.reqHeaders.get(lowerASCII(name))
+	return s.req.headers.get(lowerASCII(name))
 }
 
 // ResponseHeader returns the first value of a response header.
 func (s *Stream) ResponseHeader(name string) (string, bool) {
 	defer s.lock()()
-	return s.respHeaders.get(lowerASCII(name))
+	return s.resp.headers.get(lowerASCII(name))
 }
 
 // RequestBodyForwarded returns the request body that went upstream so far
-// (empty after Done).
+// (empty once the stream ended).
 func (s *Stream) RequestBodyForwarded() []byte {
 	defer s.lock()()
-	return append([]byte(nil), s.reqBody.forwarded...)
+	return append([]byte(nil), s.req.body.forwarded...)
 }
 
 // ResponseBodyForwarded returns the response body that went downstream so
-// far (empty after Done).
+// far (empty once the stream ended).
 func (s *Stream) ResponseBodyForwarded() []byte {
 	defer s.lock()()
-	return append([]byte(nil), s.respBody.forwarded...)
+	return append([]byte(nil), s.resp.body.forwarded...)
 }
 
 // LocalReply returns the local reply the guest sent, or nil.
@@ -343,35 +282,78 @@ func (s *Stream) LocalReply() *LocalReply {
 	return &lr
 }
 
-// RequestPaused reports whether the request is held: the last request
-// callback returned a non-CONTINUE action and no proxy_continue_stream(REQUEST) followed.
+// RequestPaused reports whether the filter holds the request: a request
+// callback answered PAUSE and no proxy_continue_stream(REQUEST) released it
+// since. While it holds, nothing of the request goes upstream.
 func (s *Stream) RequestPaused() bool {
 	defer s.lock()()
-	return s.reqPaused
+	return s.req.state != iterating
 }
 
 // ResponsePaused is RequestPaused for the response.
 func (s *Stream) ResponsePaused() bool {
 	defer s.lock()()
-	return s.respPaused
+	return s.resp.state != iterating
 }
 
-// Closed reports whether the guest closed (reset) that side with proxy_close_stream.
+// Closed reports whether that side was reset: by the guest's
+// proxy_close_stream, or (StreamResponse) by a local reply the guest sent
+// after the response headers had gone downstream, which Envoy can only
+// answer with a reset.
 func (s *Stream) Closed(t StreamType) bool {
 	defer s.lock()()
 	return int(t) < len(s.closed) && s.closed[t]
 }
 
-// Ended reports whether a local reply or a close ended the stream.
+// Ended reports whether a local reply, a reset or Done ended the stream.
 func (s *Stream) Ended() bool {
 	defer s.lock()()
-	return s.ended
+	return s.replied || s.destroyed
 }
 
 // RouteCacheClears counts "clear_route_cache" foreign calls on the stream.
 func (s *Stream) RouteCacheClears() int {
 	defer s.lock()()
 	return s.routeClears
+}
+
+// OnRequestResumed sets f to run each time proxy_continue_stream(REQUEST)
+// releases the held request, whichever callback of the VM made the call (a
+// tick, another stream's callback, proxy_on_queue_ready, an http_call
+// response): the request headers as the guest left them and the body held
+// so far have then gone upstream (RequestHeaderMap, RequestBodyForwarded).
+// f runs once the guest call returned and the VM is unlocked, at the
+// virtual time of that callback (Host.Now), on the goroutine that drove it
+// (the embedder's call or Host.Advance); it may call back into the host.
+// A nil f removes the hook.
+func (s *Stream) OnRequestResumed(f func()) {
+	defer s.lock()()
+	s.onRequestResumed = f
+}
+
+// OnResponseResumed is OnRequestResumed for proxy_continue_stream(RESPONSE):
+// the response headers and the body held so far have gone downstream.
+func (s *Stream) OnResponseResumed(f func()) {
+	defer s.lock()()
+	s.onResponseResumed = f
+}
+
+// OnLocalReply sets f to run when a local reply the guest sent with
+// proxy_send_local_response has been sent (see OnRequestResumed for when and
+// where f runs). The stream has then ended: Envoy ran the guest's response
+// callbacks on the reply and then proxy_on_log, proxy_on_done and
+// proxy_on_delete.
+func (s *Stream) OnLocalReply(f func(*LocalReply)) {
+	defer s.lock()()
+	s.onLocalReply = f
+}
+
+// OnReset sets f to run when the guest reset the stream with
+// proxy_close_stream (see OnRequestResumed for when and where f runs). The
+// stream has then ended: proxy_on_log, proxy_on_done and proxy_on_delete ran.
+func (s *Stream) OnReset(f func()) {
+	defer s.lock()()
+	s.onReset = f
 }
 
 // SetProperty sets a property the guest reads with proxy_get_property; path
@@ -385,7 +367,7 @@ func (s *Stream) SetProperty(path string, value []byte) {
 }
 
 // PropertyPath joins property path segments with NUL, the proxy-wasm
-// property path encoding (ABI.md §2.4 proxy_get_property).
+// property path encoding (spec proxy_get_property).
 func PropertyPath(segments ...string) string { return strings.Join(segments, "\x00") }
 
 func (m *headerMap) get(k string) (string, bool) {

@@ -4,7 +4,8 @@
 // whose callbacks run small scripts of host calls taken from the plugin
 // configuration and log each result with proxy_log, so tests can check
 // every host call at the wasm boundary. It declares its own imports and
-// exports from the spec (no SDK) and avoids fmt/os (see ABI.md §1.5).
+// exports from the spec (no SDK) and avoids fmt/os, which need host calls
+// Envoy does not provide.
 //
 // Configuration: one line per callback, "callback: cmd args; cmd args".
 // Callbacks: vm_start (from the VM configuration), configure, create,
@@ -12,7 +13,9 @@
 // response_body, response_trailers, tick, http_call_response, queue_ready,
 // done, log, delete. A line "quiet" turns off the per-callback trace.
 // Arguments are split on spaces; "\s" is a space, "\0" a NUL, "-" empty,
-// "$ctx" the current context id. Each command logs "<callback> <cmd> = <status> <results>".
+// "$ctx" the current context id, "$held" the first id on the held list
+// ("hold" appends the current context, "unhold" drops the first; 0 when
+// empty). Each command logs "<callback> <cmd> = <status> <results>".
 package main
 
 import (
@@ -130,14 +133,31 @@ func proxyForeign(n unsafe.Pointer, nn uint32, a unsafe.Pointer, an uint32, rp, 
 //go:wasmimport wasi_snapshot_preview1 proc_exit
 func procExit(code uint32)
 
+//go:wasmimport wasi_snapshot_preview1 clock_time_get
+func clockTimeGet(id uint32, precision uint64, ret *uint64) uint32
+
+//go:wasmimport wasi_snapshot_preview1 poll_oneoff
+func pollOneoff(in, out unsafe.Pointer, n uint32, nevents *uint32) uint32
+
 // pins keeps host-requested buffers alive until the next callback starts.
 var pins [][]byte
 
 //go:wasmexport proxy_abi_version_0_2_1
 func abiVersion() {}
 
+// allocCall, if set by "alloccall", is a host call the next
+// proxy_on_memory_allocate makes (to test V8's allow-list).
+var allocCall string
+
 //go:wasmexport proxy_on_memory_allocate
 func onAlloc(size uint32) uint32 {
+	switch allocCall {
+	case "log":
+		logInfo("in allocator")
+	case "tick":
+		proxySetTick(0)
+	}
+	allocCall = ""
 	b := make([]byte, size+1)
 	pins = append(pins, b)
 	return uint32(uintptr(unsafe.Pointer(&b[0])))
@@ -167,6 +187,7 @@ var (
 	quiet   bool
 	vmCfg   map[string][]cmd
 	garbage [][]byte
+	held    []uint32 // streams a script holds, for other callbacks to resume
 )
 
 func logInfo(s string) { proxyLog(2, sp(s), uint32(len(s))) }
@@ -229,6 +250,13 @@ func arg(ctx uint32, s string) string {
 		return ""
 	}
 	s = strings.ReplaceAll(s, "$ctx", strconv.FormatUint(uint64(ctx), 10))
+	if strings.Contains(s, "$held") {
+		var first uint32
+		if len(held) > 0 {
+			first = held[0]
+		}
+		s = strings.ReplaceAll(s, "$held", strconv.FormatUint(uint64(first), 10))
+	}
 	s = strings.ReplaceAll(s, `\s`, " ")
 	return strings.ReplaceAll(s, `\0`, "\x00")
 }
@@ -248,7 +276,7 @@ func hexs(b []byte) string {
 	return string(out)
 }
 
-// pairs builds the spec serialization from "k=v,k=v" (ABI.md §2.2).
+// pairs builds the spec serialization from "k=v,k=v".
 func pairs(s string) []byte {
 	var kv [][2]string
 	if s != "" {
@@ -284,6 +312,14 @@ func exec(ctx uint32, c cmd) (out string, ret uint32, isRet bool) {
 	switch a[0] {
 	case "ret":
 		return "", num(a[1]), true
+	case "hold":
+		held = append(held, ctx)
+		return st(uint32(len(held))), 0, false
+	case "unhold":
+		if len(held) > 0 {
+			held = held[1:]
+		}
+		return st(uint32(len(held))), 0, false
 	case "log":
 		return st(proxyLog(num(a[1]), sp(a[2]), uint32(len(a[2])))), 0, false
 	case "loglevel":
@@ -416,6 +452,24 @@ func exec(ctx uint32, c cmd) (out string, ret uint32, isRet bool) {
 		return "0", 0, false
 	case "sleep":
 		time.Sleep(time.Duration(num(a[1])) * time.Millisecond)
+		return "0", 0, false
+	case "clock": // clock ID: WASI clock_time_get's errno
+		var t uint64
+		return st(clockTimeGet(num(a[1]), 0, &t)), 0, false
+	case "poll": // poll US: one relative monotonic clock subscription of US µs
+		var sub [48]byte
+		var ev [32]byte
+		sub[8] = 0  // eventtype clock
+		sub[16] = 1 // clock id monotonic
+		ns := uint64(num(a[1])) * 1000
+		for i := 0; i < 8; i++ {
+			sub[24+i] = byte(ns >> (8 * i))
+		}
+		nevents := uint32(99)
+		errno := pollOneoff(unsafe.Pointer(&sub[0]), unsafe.Pointer(&ev[0]), 1, &nevents)
+		return st(errno) + " " + st(nevents), 0, false
+	case "alloccall": // alloccall log|tick: a host call in the next allocation
+		allocCall = a[1]
 		return "0", 0, false
 	case "panic":
 		panic("guest panic on command")
