@@ -3,6 +3,8 @@ package prefix
 import (
 	"io"
 	"math/bits"
+
+	"github.com/gpuroute/gpuroute/scoring/le"
 )
 
 // Prefix hashing defaults.
@@ -203,10 +205,10 @@ func (h *Hasher) blocks(p []byte) {
 		var bh uint64
 		if bc == 64 {
 			b := p[:64:64]
-			l0 := mixWord(mixWord(laneK0, le64(b[0:8])), le64(b[32:40]))
-			l1 := mixWord(mixWord(laneK1, le64(b[8:16])), le64(b[40:48]))
-			l2 := mixWord(mixWord(laneK2, le64(b[16:24])), le64(b[48:56]))
-			l3 := mixWord(mixWord(laneK3, le64(b[24:32])), le64(b[56:64]))
+			l0 := mixWord(mixWord(laneK0, le.Uint64(b, 0)), le.Uint64(b, 32))
+			l1 := mixWord(mixWord(laneK1, le.Uint64(b, 8)), le.Uint64(b, 40))
+			l2 := mixWord(mixWord(laneK2, le.Uint64(b, 16)), le.Uint64(b, 48))
+			l3 := mixWord(mixWord(laneK3, le.Uint64(b, 24)), le.Uint64(b, 56))
 			bh = joinLanes(l0, l1, l2, l3)
 		} else {
 			bh = blockHash(p[:bc])
@@ -252,10 +254,10 @@ func joinLanes(l0, l1, l2, l3 uint64) uint64 {
 func blockHash(b []byte) uint64 {
 	l0, l1, l2, l3 := uint64(laneK0), uint64(laneK1), uint64(laneK2), uint64(laneK3)
 	for len(b) >= 32 {
-		l0 = mixWord(l0, le64(b[0:8]))
-		l1 = mixWord(l1, le64(b[8:16]))
-		l2 = mixWord(l2, le64(b[16:24]))
-		l3 = mixWord(l3, le64(b[24:32]))
+		l0 = mixWord(l0, le.Uint64(b, 0))
+		l1 = mixWord(l1, le.Uint64(b, 8))
+		l2 = mixWord(l2, le.Uint64(b, 16))
+		l3 = mixWord(l3, le.Uint64(b, 24))
 		b = b[32:]
 	}
 	if len(b) > 0 {

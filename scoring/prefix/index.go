@@ -5,6 +5,8 @@ import (
 	"errors"
 	"math/bits"
 	"strconv"
+
+	"github.com/gpuroute/gpuroute/scoring/le"
 )
 
 // Index remembers which replica holds which prefix blocks, from the
@@ -510,22 +512,22 @@ func (x *Index) EncodedLen() int {
 // reinserts, so the encoding is independent of insertion history.
 func (x *Index) AppendBinary(b []byte) ([]byte, error) {
 	b = append(b, indexVersion, byte(x.cfg.Stride), byte(bits.Len32(x.mask)), 0)
-	b = appendLE16(b, uint16(x.cfg.BlockChars))
-	b = appendLE16(b, uint16(x.cfg.MaxReplicas))
-	b = appendLE32(b, uint32(x.cfg.MaxEntries))
-	b = appendLE32(b, x.clock)
+	b = le.AppendUint16(b, uint16(x.cfg.BlockChars))
+	b = le.AppendUint16(b, uint16(x.cfg.MaxReplicas))
+	b = le.AppendUint32(b, uint32(x.cfg.MaxEntries))
+	b = le.AppendUint32(b, x.clock)
 	for _, c := range x.capN {
-		b = appendLE32(b, uint32(c))
+		b = le.AppendUint32(b, uint32(c))
 	}
-	b = appendLE32(b, uint32(x.used))
+	b = le.AppendUint32(b, uint32(x.used))
 	for i := range x.slots {
 		e := &x.slots[i]
 		if e.rep == 0 || e.rep == tombRep {
 			continue
 		}
-		b = appendLE32(b, e.hash)
-		b = appendLE16(b, e.rep-1)
-		b = appendLE32(b, e.stamp)
+		b = le.AppendUint32(b, e.hash)
+		b = le.AppendUint16(b, e.rep-1)
+		b = le.AppendUint32(b, e.stamp)
 	}
 	return b, nil
 }
@@ -552,9 +554,9 @@ func (x *Index) decode(b []byte) error {
 	}
 	cfg := IndexConfig{
 		Stride:      int(b[1]),
-		BlockChars:  int(le16(b[4:])),
-		MaxReplicas: int(le16(b[6:])),
-		MaxEntries:  int(le32(b[8:])),
+		BlockChars:  int(le.Uint16(b, 4)),
+		MaxReplicas: int(le.Uint16(b, 6)),
+		MaxEntries:  int(le.Uint32(b, 8)),
 	}
 	norm := cfg
 	norm.normalize()
@@ -563,17 +565,17 @@ func (x *Index) decode(b []byte) error {
 			", block_chars " + strconv.Itoa(cfg.BlockChars) + ", max_replicas " + strconv.Itoa(cfg.MaxReplicas) +
 			", max_entries " + strconv.Itoa(cfg.MaxEntries))
 	}
-	clock := le32(b[12:])
+	clock := le.Uint32(b, 12)
 	b = b[indexHeaderLen:]
 	if len(b) < 4*cfg.MaxReplicas+4 {
 		return errors.New("scoring: prefix index truncated in replica budgets: " + strconv.Itoa(len(b)) + " bytes left")
 	}
 	x.init(cfg)
 	for i := range x.capN {
-		x.capN[i] = int32(min(le32(b[4*i:]), 1<<30))
+		x.capN[i] = int32(min(le.Uint32(b, 4*i), 1<<30))
 	}
 	b = b[4*cfg.MaxReplicas:]
-	n := le32(b)
+	n := le.Uint32(b, 0)
 	b = b[4:]
 	if uint64(n) > uint64(cfg.MaxEntries) || uint64(len(b)) != uint64(n)*indexEntryLen {
 		return errors.New("scoring: prefix index entry count " + strconv.FormatUint(uint64(n), 10) +
@@ -582,10 +584,10 @@ func (x *Index) decode(b []byte) error {
 	x.clock = clock
 	for ; len(b) >= indexEntryLen; b = b[indexEntryLen:] {
 		e := indexEntry{
-			hash:  le32(b),
-			stamp: le32(b[6:]),
+			hash:  le.Uint32(b, 0),
+			stamp: le.Uint32(b, 6),
 		}
-		r := le16(b[4:])
+		r := le.Uint16(b, 4)
 		if int(r) >= cfg.MaxReplicas {
 			return errors.New("scoring: prefix index entry replica " + strconv.Itoa(int(r)) + " >= max_replicas " + strconv.Itoa(cfg.MaxReplicas))
 		}

@@ -1,5 +1,7 @@
 package prefix
 
+import "github.com/gpuroute/gpuroute/scoring/le"
+
 // Memo remembers what writing a few long texts did to a Hasher,
 // keyed by each text's source (the encoded form it was decoded from, such
 // as a JSON string's raw contents) and by the hasher's state before it, so
@@ -261,7 +263,7 @@ func sameSource(src, text []byte) bool {
 	}
 	if n >= 64 {
 		for _, at := range [...]int{n - 8, n / 2 &^ 7, n / 4 &^ 7, n * 3 / 4 &^ 7} {
-			if le64(src[at:at+8]) != le64(text[at:at+8]) {
+			if le.Uint64(src, at) != le.Uint64(text, at) {
 				return false
 			}
 		}
@@ -282,14 +284,14 @@ func SameBytes(a, b []byte) bool {
 	}
 	for len(a) >= 128 {
 		x, y := a[:128:128], b[:128:128]
-		d := (le64(x[0:8]) ^ le64(y[0:8])) | (le64(x[8:16]) ^ le64(y[8:16])) |
-			(le64(x[16:24]) ^ le64(y[16:24])) | (le64(x[24:32]) ^ le64(y[24:32])) |
-			(le64(x[32:40]) ^ le64(y[32:40])) | (le64(x[40:48]) ^ le64(y[40:48])) |
-			(le64(x[48:56]) ^ le64(y[48:56])) | (le64(x[56:64]) ^ le64(y[56:64])) |
-			(le64(x[64:72]) ^ le64(y[64:72])) | (le64(x[72:80]) ^ le64(y[72:80])) |
-			(le64(x[80:88]) ^ le64(y[80:88])) | (le64(x[88:96]) ^ le64(y[88:96])) |
-			(le64(x[96:104]) ^ le64(y[96:104])) | (le64(x[104:112]) ^ le64(y[104:112])) |
-			(le64(x[112:120]) ^ le64(y[112:120])) | (le64(x[120:128]) ^ le64(y[120:128]))
+		d := (le.Uint64(x, 0) ^ le.Uint64(y, 0)) | (le.Uint64(x, 8) ^ le.Uint64(y, 8)) |
+			(le.Uint64(x, 16) ^ le.Uint64(y, 16)) | (le.Uint64(x, 24) ^ le.Uint64(y, 24)) |
+			(le.Uint64(x, 32) ^ le.Uint64(y, 32)) | (le.Uint64(x, 40) ^ le.Uint64(y, 40)) |
+			(le.Uint64(x, 48) ^ le.Uint64(y, 48)) | (le.Uint64(x, 56) ^ le.Uint64(y, 56)) |
+			(le.Uint64(x, 64) ^ le.Uint64(y, 64)) | (le.Uint64(x, 72) ^ le.Uint64(y, 72)) |
+			(le.Uint64(x, 80) ^ le.Uint64(y, 80)) | (le.Uint64(x, 88) ^ le.Uint64(y, 88)) |
+			(le.Uint64(x, 96) ^ le.Uint64(y, 96)) | (le.Uint64(x, 104) ^ le.Uint64(y, 104)) |
+			(le.Uint64(x, 112) ^ le.Uint64(y, 112)) | (le.Uint64(x, 120) ^ le.Uint64(y, 120))
 		if d != 0 {
 			return false
 		}
@@ -300,11 +302,11 @@ func SameBytes(a, b []byte) bool {
 	// token event with its template (~150 bytes) under wazero.
 	if n := len(a); n >= 8 {
 		for i := 0; i < n-8; i += 8 {
-			if le64(a[i:i+8:i+8]) != le64(b[i:i+8:i+8]) {
+			if le.Uint64(a, i) != le.Uint64(b, i) {
 				return false
 			}
 		}
-		return le64(a[n-8:]) == le64(b[n-8:])
+		return le.Uint64(a, n-8) == le.Uint64(b, n-8)
 	}
 	for i := range a {
 		if a[i] != b[i] {
