@@ -55,8 +55,7 @@ func (h *Hardware) PrefillSeconds(tokens int) float64 {
 	if tokens <= 0 {
 		return 0
 	}
-	x := float64(tokens)
-	return h.PrefillFixedSec + h.PrefillSecPerToken*x + h.PrefillSecPerToken2*x*x
+	return prefillSec(h, float64(tokens))
 }
 
 // DecodeStepSeconds returns the duration of one decode step with batch

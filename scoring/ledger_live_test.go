@@ -5,21 +5,21 @@ import (
 	"testing"
 )
 
-// checkLive verifies l.live against the slots: exactly the used ones, each
+// checkLive verifies l.work.live against the slots: exactly the used ones, each
 // at its recorded position.
 func checkLive(t *testing.T, l *Ledger, step string) {
 	t.Helper()
 	used := 0
-	for i := range l.flights {
-		if l.flights[i].used {
+	for i := range l.work.flights {
+		if l.work.flights[i].used {
 			used++
-			if at := l.flights[i].at; int(at) >= len(l.live) || l.live[at] != int32(i) {
-				t.Fatalf("%s: flight %d records live position %d, live = %v", step, i, at, l.live)
+			if at := l.work.flights[i].at; int(at) >= len(l.work.live) || l.work.live[at] != int32(i) {
+				t.Fatalf("%s: flight %d records live position %d, live = %v", step, i, at, l.work.live)
 			}
 		}
 	}
-	if used != len(l.live) || used != l.InFlight() {
-		t.Fatalf("%s: %d used slots, %d live, InFlight() = %d; want all equal", step, used, len(l.live), l.InFlight())
+	if used != len(l.work.live) || used != l.InFlight() {
+		t.Fatalf("%s: %d used slots, %d live, InFlight() = %d; want all equal", step, used, len(l.work.live), l.InFlight())
 	}
 }
 
@@ -39,7 +39,7 @@ func TestLedgerLiveList(t *testing.T) {
 		switch op := rng.IntN(10); {
 		case op < 5:
 			req := Request{PromptTokens: 1 + rng.IntN(4000), MaxTokens: rng.IntN(512), Model: "m"}
-			if f := l.Dispatch(rng.IntN(reps), &req, req.PromptTokens, now); f != 0 {
+			if f := l.Dispatch(rng.IntN(reps), &req, req.PromptTokens, now, 0); f != 0 {
 				open = append(open, f)
 			}
 		case op < 8 && len(open) > 0:
@@ -53,8 +53,8 @@ func TestLedgerLiveList(t *testing.T) {
 		case op == 8:
 			l.Sweep(now - int64(rng.IntN(5e8)))
 			open = open[:0] // stale handles are ignored by Done and Cancel
-			for i := range l.flights {
-				if f := &l.flights[i]; f.used {
+			for i := range l.work.flights {
+				if f := &l.work.flights[i]; f.used {
 					open = append(open, Flight(uint64(f.gen)<<32|uint64(i)))
 				}
 			}
@@ -65,8 +65,8 @@ func TestLedgerLiveList(t *testing.T) {
 		snap := now - int64(rng.IntN(5e8))
 		r := rng.IntN(reps)
 		var wantN, wantTok int64
-		for i := range l.flights {
-			if f := &l.flights[i]; f.used && int(f.replica) == r && f.dispatched > snap {
+		for i := range l.work.flights {
+			if f := &l.work.flights[i]; f.used && int(f.replica) == r && f.dispatched > snap {
 				wantN++
 				wantTok += f.prefill
 			}
@@ -99,7 +99,7 @@ func BenchmarkLedgerWorkOnNewSnapshot64(b *testing.B) {
 	l := NewLedger(DefaultParams(), 64, 1<<14)
 	for i := range 32 {
 		req := Request{PromptTokens: 8000, MaxTokens: 256, Model: "m"}
-		l.Dispatch(i%64, &req, 4000, int64(i+1)*1e6)
+		l.Dispatch(i%64, &req, 4000, int64(i+1)*1e6, 0)
 	}
 	b.ReportAllocs()
 	snap := int64(0)

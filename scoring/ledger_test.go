@@ -11,7 +11,7 @@ func sampleLedger() *Ledger {
 	l := NewLedger(p, 8, 32)
 	for i := 0; i < 12; i++ {
 		req := Request{PromptTokens: 100 * i, MaxTokens: 50 + i, Model: "m", Adapter: []string{"", "fr", "de"}[i%3]}
-		f := l.Dispatch(i%8, &req, 90*i, int64(i)*1e9)
+		f := l.Dispatch(i%8, &req, 90*i, int64(i)*1e9, 0)
 		switch i % 4 {
 		case 0:
 			l.Progress(f, i)
@@ -41,7 +41,7 @@ func TestAdapterPlacementsMerge(t *testing.T) {
 	p := DefaultParams()
 	a, b := NewLedger(p, 2, 8), NewLedger(p, 2, 8)
 	req := Request{PromptTokens: 10, Adapter: "sql"}
-	a.Cancel(a.Dispatch(1, &req, 10, 5*sec))
+	a.Cancel(a.Dispatch(1, &req, 10, 5*sec, 0))
 	pls := a.AppendAdapterPlacements(nil, 6*sec)
 	if len(pls) != 1 || pls[0].Replica != 1 || pls[0].Adapter != prefix.HashString("sql") {
 		t.Fatalf("AppendAdapterPlacements = %+v, want one placement of sql on replica 1", pls)
@@ -50,11 +50,12 @@ func TestAdapterPlacementsMerge(t *testing.T) {
 		b.MergeAdapterPlacement(pl)
 		b.MergeAdapterPlacement(AdapterPlacement{Adapter: pl.Adapter, Replica: pl.Replica, UntilNanos: pl.UntilNanos - sec})
 	}
-	b.markAdapter(prefix.HashString("sql"), nil, 6*sec)
-	if got := b.remembered(1); got != TierGPU {
+	var v adapterView
+	b.markAdapter(&v, prefix.HashString("sql"), nil, 6*sec)
+	if got := v.remembered(1); got != TierGPU {
 		t.Errorf("merged placement: replica 1 tier = %v, want gpu", got)
 	}
-	if got := b.remembered(0); got != TierStorage {
+	if got := v.remembered(0); got != TierStorage {
 		t.Errorf("replica 0 tier = %v, want storage", got)
 	}
 	late := 5*sec + int64(p.AdapterMemory) + int64(p.AdapterHostMemory) + sec
@@ -119,7 +120,7 @@ func TestSyncSnapshotsMatchesSync(t *testing.T) {
 		l := NewLedger(DefaultParams(), 6, 64)
 		for i := range 40 {
 			req := Request{PromptTokens: 100 + 37*i, MaxTokens: 64, Model: "m"}
-			f := l.Dispatch(i%5, &req, 90+i, int64(i)*sec)
+			f := l.Dispatch(i%5, &req, 90+i, int64(i)*sec, 0)
 			if i%7 == 0 {
 				l.Done(f, 10) // no longer in flight
 			}
@@ -142,16 +143,16 @@ func TestSyncSnapshotsMatchesSync(t *testing.T) {
 		}
 		one.SyncSnapshots(reps)
 		for i := range reps {
-			each.sync(i, snap[i])
+			each.work.sync(i, snap[i])
 		}
 		for i := range reps {
-			a, b := one.reps[i], each.reps[i]
+			a, b := one.work.reps[i], each.work.reps[i]
 			if a.UnseenN != b.UnseenN || a.UnseenTokens != b.UnseenTokens || a.syncedSnap != b.syncedSnap || a.resync {
 				t.Errorf("snapshots %d, replica %d: SyncSnapshots gives unseen %d / %d tokens at %d (resync %v), sync %d / %d at %d",
 					k, i, a.UnseenN, a.UnseenTokens, a.syncedSnap, a.resync, b.UnseenN, b.UnseenTokens, b.syncedSnap)
 			}
 		}
-		if one.reps[0].UnseenN == 0 && snap[0] == 5*sec {
+		if one.work.reps[0].UnseenN == 0 && snap[0] == 5*sec {
 			t.Errorf("snapshots %d: replica 0 has nothing unseen after a snapshot at 5 s, want the later dispatches", k)
 		}
 		// What build dispatched: a snapshot taken at a dispatch's instant
@@ -163,7 +164,7 @@ func TestSyncSnapshotsMatchesSync(t *testing.T) {
 					n, tokens = n+1, tokens+int64(90+i)
 				}
 			}
-			if got := one.reps[r]; int64(got.UnseenN) != n || int64(got.UnseenTokens) != tokens {
+			if got := one.work.reps[r]; int64(got.UnseenN) != n || int64(got.UnseenTokens) != tokens {
 				t.Errorf("snapshots %d, replica %d: unseen %d / %d tokens, want %d / %d", k, r, got.UnseenN, got.UnseenTokens, n, tokens)
 			}
 		}

@@ -62,7 +62,7 @@ func FuzzPick(f *testing.F) {
 			var pd Decision
 			Pick(&p, &req, rs, cached, peer, at, &pd)
 			if pd.Index >= 0 {
-				peer.Dispatch(pd.Index, &req, int(prompt), at)
+				peer.Dispatch(pd.Index, &req, int(prompt), at, pd.Top[0].StartNanos)
 			}
 			for i := range rs {
 				slow := rs[i].Hardware
@@ -100,11 +100,11 @@ func FuzzPick(f *testing.F) {
 			t.Fatalf("counts %d+%d+%d+%d, want %d replicas", d1.Eligible, d1.Unhealthy, d1.Draining, d1.NoAdapterSlot, len(rs))
 		}
 		// Dispatch and progress never corrupt the ledger.
-		fl := l.Dispatch(d1.Index, &req, int(prompt), now)
+		fl := l.Dispatch(d1.Index, &req, int(prompt), now, d1.Top[0].StartNanos)
 		l.Progress(fl, int(prompt%7))
 		l.Done(fl, int(prompt%300))
-		if l.InFlight() != 0 || l.reps[d1.Index].Work != (Work{}) {
-			t.Fatalf("ledger after Done = %+v, want empty", l.reps[d1.Index])
+		if l.InFlight() != 0 || l.work.reps[d1.Index].Work != (Work{}) {
+			t.Fatalf("ledger after Done = %+v, want empty", l.work.reps[d1.Index])
 		}
 	})
 }
@@ -132,7 +132,7 @@ func benchFleet(n int) ([]Replica, []int, *Ledger, Request) {
 		cached[i] = rng.IntN(3000)
 		for j := 0; j < 3; j++ {
 			req := Request{PromptTokens: 1000, MaxTokens: 500}
-			f := l.Dispatch(i, &req, 800, now-int64(rng.IntN(1e9)))
+			f := l.Dispatch(i, &req, 800, now-int64(rng.IntN(1e9)), 0)
 			if j == 0 {
 				l.Progress(f, 10)
 			}
@@ -152,7 +152,7 @@ func BenchmarkPickAdapters64(b *testing.B) {
 	for i := range rs {
 		for a := range 10 {
 			r := Request{PromptTokens: 100, MaxTokens: 10, Model: "llama", Adapter: "ad" + strconv.Itoa((i+a)%24)}
-			f := l.Dispatch(i, &r, 100, now-int64(a)*1e9)
+			f := l.Dispatch(i, &r, 100, now-int64(a)*1e9, 0)
 			l.Done(f, 10)
 		}
 	}
@@ -181,7 +181,7 @@ func BenchmarkPickAdaptersFull64(b *testing.B) {
 				name = "fr"
 			}
 			r := Request{PromptTokens: 100, MaxTokens: 10, Model: "llama", Adapter: name}
-			f := l.Dispatch(i, &r, 100, now-int64(a+1)*1e9)
+			f := l.Dispatch(i, &r, 100, now-int64(a+1)*1e9, 0)
 			l.Done(f, 10)
 		}
 	}
@@ -195,7 +195,7 @@ func BenchmarkPickAdaptersFull64(b *testing.B) {
 	n := 0
 	for b.Loop() {
 		n++
-		l.adaptVer[n%len(rs)]++
+		l.adapters.ver[n%len(rs)]++
 		Pick(&p, &reqs[n&1], rs, cached, l, now+int64(n)*1e5, &d)
 	}
 }
@@ -249,7 +249,7 @@ func BenchmarkPickAfterScrape64(b *testing.B) {
 	req.Adapter = ""
 	l := NewLedger(DefaultParams(), len(rs), 2048)
 	for i := range 2048 {
-		l.Dispatch(i%len(rs), &Request{PromptTokens: 500, MaxTokens: 200, Model: "m"}, 500, int64(i)*1e6)
+		l.Dispatch(i%len(rs), &Request{PromptTokens: 500, MaxTokens: 200, Model: "m"}, 500, int64(i)*1e6, 0)
 	}
 	p := DefaultParams()
 	var d Decision
