@@ -26,8 +26,10 @@ $(WASM): FORCE
 .PHONY: FORCE
 FORCE:
 
-test: wasm ## build the module, then run every test (both legs, fuzz seeds)
+test: wasm ## build the module, then run every test (both legs, fuzz seeds), and scoring's again under wasip1
 	GPUROUTE_WASM=$(CURDIR)/$(WASM) $(GO) test -count=1 -timeout $(TESTTIMEOUT) ./...
+	$(GO) build -o $(WASMEXEC) ./hostsim/cmd/wasmexec
+	GOOS=wasip1 GOARCH=wasm $(GO) test -count=1 -exec $(CURDIR)/$(WASMEXEC) ./scoring/...
 
 demo: wasm ## build the module and race it against peer routers on a simulated GPU fleet (build/report.html)
 	$(GO) run ./hostsim/cmd/gpuroute-sim --wasm $(WASM)

@@ -53,7 +53,6 @@ func (r Reason) String() string {
 // TopN is how many candidates a Decision explains.
 const TopN = 4
 
-
 // Candidate is one replica's cost terms, in seconds.
 type Candidate struct {
 	// Index is the replica's index in the slice passed to Pick.

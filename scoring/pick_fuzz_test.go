@@ -40,6 +40,10 @@ func replicasFromBytes(b []byte, now int64) ([]Replica, []int) {
 	return rs, cached
 }
 
+// FuzzPick: Pick decides deterministically, never panics, chooses only a
+// healthy serving replica, accounts for every replica, and equals
+// pickPlain, the rule written plainly (as TestPickMatchesPlain holds it on
+// histories); the ledger survives the dispatch.
 func FuzzPick(f *testing.F) {
 	f.Add([]byte("abcdefghijklmnopqrstuvwx"), uint16(1000), false)
 	f.Add([]byte{0, 0, 0, 0, 0, 0, 1, 5, 5, 250, 2, 66}, uint16(0), true)
@@ -52,7 +56,8 @@ func FuzzPick(f *testing.F) {
 			req.Adapter = "fr"
 		}
 		p := DefaultParams()
-		l := NewLedger(p, 64, 16)
+		// l for Pick, twin for pickPlain: the same (empty) history.
+		l, twin := NewLedger(p, 64, 16), NewLedger(p, 64, 16)
 		if len(rs) > 0 {
 			// Another worker, with its own (slower) calibration of the
 			// replicas, has a prefill in flight on one of them, started up
@@ -72,9 +77,14 @@ func FuzzPick(f *testing.F) {
 				rs[i].PeerWork.AddAt(&w, now)
 			}
 			l.SetPeerRate(peer.Rate(now))
+			twin.SetPeerRate(peer.Rate(now))
 		}
-		var d1, d2 Decision
+		var d1, d2, plain Decision
 		Pick(&p, &req, rs, cached, l, now, &d1)
+		pickPlain(&p, &req, rs, cached, twin, now, &plain)
+		if diff := diffDecisions(&d1, &plain, fusesMultiplyAdd()); diff != "" {
+			t.Fatalf("Pick(%d replicas, prompt %d, adapter %v) %s", len(rs), prompt, adapter, diff)
+		}
 		Pick(&p, &req, rs, cached, l, now, &d2)
 		if d1.Index != d2.Index || d1.Reason != d2.Reason {
 			t.Fatalf("Pick = %d (%v) then %d (%v), want equal", d1.Index, d1.Reason, d2.Index, d2.Reason)
