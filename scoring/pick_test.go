@@ -38,7 +38,8 @@ func linear(h Hardware) Hardware { h.PrefillSecPerToken2 = 0; return h }
 // exactParams has no tie epsilon, so the rule can be checked exactly.
 func exactParams() Params { p := DefaultParams(); p.TieEpsilonSec = 0; return p }
 
-// TestPickProposition checks DESIGN.md §1's proposition: with two
+// TestPickProposition checks the rule's proposition (docs/design.md "The
+// decision"): with two
 // replicas, warm A wins exactly when W(A) − W(B) < P(n) − P(n−k); with
 // linear prefill that is t_prefill(k) without the fixed cost; with
 // heterogeneous hardware each side uses its own profile. W includes the

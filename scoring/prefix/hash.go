@@ -37,7 +37,7 @@ func hashBytes(seed uint64, b []byte) uint64 {
 	h := seed ^ uint64(len(b))*mixK0
 	for len(b) >= 32 {
 		// Four words per iteration: two independent lanes keep the
-		// multiplier busy (about 1.5 cycles per word on amd64).
+		// multiplier busy.
 		w0 := le.Uint64(b, 0)
 		w1 := le.Uint64(b, 8)
 		w2 := le.Uint64(b, 16)
