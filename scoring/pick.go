@@ -153,7 +153,10 @@ func (l *Ledger) adapterStream(v *adapterView, window float64) float64 {
 func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Ledger, nowNanos int64, d *Decision, waitForSlot bool) {
 	var k pickInputs
 	cachedTokens, done, reps := d.prepare(&k, p, req, replicas, cachedTokens, l, nowNanos, waitForSlot)
-	cands := d.cands
+	// Sliced to the fleet here, so that the loop's indexing needs no
+	// bounds checks.
+	cands := d.cands[:len(replicas)]
+	cachedTokens, done = cachedTokens[:len(replicas)], done[:len(replicas)]
 
 	best := math.Inf(1)
 	minWait := math.Inf(1)
