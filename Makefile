@@ -27,8 +27,10 @@ $(WASM): FORCE
 .PHONY: FORCE
 FORCE:
 
-test: wasm ## build the module, then run every test (both legs, fuzz seeds)
+test: wasm ## build the module, then run every test (both legs, fuzz seeds), and scoring's again under wasip1
 	GPUROUTE_WASM=$(CURDIR)/$(WASM) $(GO) test -count=1 -timeout $(TESTTIMEOUT) ./...
+	$(GO) build -o $(WASMEXEC) ./hostsim/cmd/wasmexec
+	GOOS=wasip1 GOARCH=wasm $(GO) test -count=1 -exec $(CURDIR)/$(WASMEXEC) ./scoring/...
 
 test-long: wasm ## every test again with the long ones (GPUROUTE_LONG=1: full-size stress and fault scenarios, V8 via node)
 	GPUROUTE_LONG=1 GPUROUTE_WASM=$(CURDIR)/$(WASM) $(GO) test -count=1 -timeout $(LONGTIMEOUT) ./...
