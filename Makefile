@@ -6,12 +6,13 @@ FUZZTIME  ?= 30s
 BENCHTIME ?= 1s
 # Test timeout for the default run: CI has 2 cores and must finish well under 10 minutes.
 TESTTIMEOUT ?= 8m
+LONGTIMEOUT ?= 30m
 # staticcheck for `make lint` (native build only: it cannot see //go:wasmexport roots, so the
 # wasip1 build's exports would all look unused).
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 .DEFAULT_GOAL := help
-.PHONY: help wasm test demo bench fuzz lint clean e2e e2e-browser
+.PHONY: help wasm test test-long demo bench fuzz lint clean e2e e2e-browser
 
 help: ## list targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -26,8 +27,13 @@ $(WASM): FORCE
 .PHONY: FORCE
 FORCE:
 
-test: wasm ## build the module, then run every test (both legs, fuzz seeds)
+test: wasm ## build the module, then run every test (both legs, fuzz seeds), and scoring's again under wasip1
 	GPUROUTE_WASM=$(CURDIR)/$(WASM) $(GO) test -count=1 -timeout $(TESTTIMEOUT) ./...
+	$(GO) build -o $(WASMEXEC) ./hostsim/cmd/wasmexec
+	GOOS=wasip1 GOARCH=wasm $(GO) test -count=1 -exec $(CURDIR)/$(WASMEXEC) ./scoring/...
+
+test-long: wasm ## every test again with the long ones (GPUROUTE_LONG=1: full-size stress and fault scenarios, V8 via node)
+	GPUROUTE_LONG=1 GPUROUTE_WASM=$(CURDIR)/$(WASM) $(GO) test -count=1 -timeout $(LONGTIMEOUT) ./...
 
 demo: wasm ## build the module and race it against peer routers on a simulated GPU fleet (build/report.html)
 	$(GO) run ./hostsim/cmd/gpuroute-sim --wasm $(WASM)

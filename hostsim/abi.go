@@ -136,16 +136,17 @@ const (
 	errnoFault   = 21
 	errnoInval   = 28
 	errnoNosys   = 52
+	errnoNotsup  = 58
 )
 
-// Module names the host provides (ABI.md §2.4 and the WASI "Logging/Clocks"
+// Module names the host provides (spec abi-versions/v0.2.1 and its WASI "Logging/Clocks"
 // section of the spec).
 const (
 	EnvModuleName  = "env"
 	WASIModuleName = "wasi_snapshot_preview1"
 )
 
-// Guest export names (ABI.md §2.3).
+// Guest export names (spec abi-versions/v0.2.1, "Callbacks").
 const (
 	exportABIVersion         = "proxy_abi_version_0_2_1"
 	exportInitialize         = "_initialize"
@@ -168,8 +169,8 @@ const (
 	exportOnDelete           = "proxy_on_delete"
 )
 
-// RequiredExports lists the guest exports ABI.md §2.3 requires of a
-// gpuroute module; the allow-list test holds the real module to it.
+// RequiredExports lists the spec's guest exports a gpuroute module must
+// have; TestRealModuleImportsAllowList holds the built module to it.
 var RequiredExports = []string{
 	exportABIVersion, exportInitialize, exportMemory, exportMemoryAllocate,
 	exportOnVMStart, exportOnConfigure, exportOnContextCreate, exportOnTick,
@@ -179,9 +180,13 @@ var RequiredExports = []string{
 	exportOnDone, exportOnLog, exportOnDelete,
 }
 
-// EnvoyWASIImports is the WASI preview 1 import set Envoy ≥ 1.33 provides
-// (proxy-wasm-cpp-host src/exports.cc after PR #427, ABI.md §1). A module
-// importing anything else fails to load in Envoy.
+// EnvoyWASIImports is the WASI preview 1 set proxy-wasm-cpp-host provides
+// from PR #427 (Envoy 1.33) to PR #533: the 15 functions of its
+// FOR_ALL_WASI_FUNCTIONS before #427 and the sched_yield, poll_oneoff and
+// fd_fdstat_set_flags stubs #427 added. PR #533 provides the rest of
+// preview 1 and removes none, so a module importing only these loads in
+// every Envoy from 1.33 on; one importing anything else fails to load
+// before #533 (TestRealModuleImportsAllowList).
 var EnvoyWASIImports = []string{
 	"sched_yield", "proc_exit", "args_get", "args_sizes_get", "clock_time_get",
 	"environ_get", "environ_sizes_get", "fd_write", "random_get", "poll_oneoff",

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpuroute/gpuroute/internal/longtest"
 )
 
 // Host-call conformance through the guest: each case configures a root
@@ -544,9 +546,9 @@ func TestPollZeroEvents(t *testing.T) {
 func TestGCStress(t *testing.T) {
 	h, vm := newGuestVM(t, Options{LogLevel: LogWarn}, "vm", "")
 	r := configure(t, vm, "r", "quiet\nrequest_headers: alloc 200 512; replace 0 x-a b\nresponse_body: alloc 50 4096")
-	n := 3000
-	if testing.Short() {
-		n = 500
+	n := 500
+	if longtest.Enabled() {
+		n = 3000
 	}
 	for i := 0; i < n; i++ {
 		s, err := r.NewStream()
@@ -691,5 +693,41 @@ func TestGuestTime(t *testing.T) {
 		case timed && (got <= 0 || got > wall-15*time.Millisecond):
 			t.Errorf("GuestTime of a configure that took %v with a 20 ms host call = %v, want > 0 and without the host call", wall, got)
 		}
+	}
+}
+
+// TestProxyDone: a root whose proxy_on_done answered false stays until it
+// calls proxy_done, and is deleted once that call returns; proxy_done from
+// a root nobody is waiting for is NOT_FOUND (cpp-host WasmBase::done).
+func TestProxyDone(t *testing.T) {
+	h, vm := newGuestVM(t, Options{}, "vm", "")
+	h.AddCluster("c", ClusterFunc(func(*CallRequest) CallReply { return CallReply{Latency: 100 * time.Millisecond} }))
+	old := configure(t, vm, "r", "configure: done; call c :method=GET,:path=/,:authority=c - 1000\n"+
+		"done: ret 0\nhttp_call_response: done; log 2 after-done; done")
+	configure(t, vm, "r", "configure: log 2 new")
+	if old.Deleted() {
+		t.Fatalf("root whose on_done answered false was deleted")
+	}
+	if err := h.Advance(100 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := results(h, "http_call_response", "done"), []string{"0", "1"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("proxy_done from the waiting root, then again = %q, want %q", got, want)
+	}
+	if got := result(t, h, "configure", "done"); got != "1" {
+		t.Errorf("proxy_done from a serving root = %q, want 1 (NOT_FOUND)", got)
+	}
+	if !old.Deleted() {
+		t.Errorf("root not deleted after its proxy_done")
+	}
+	// on_delete ran after the callback that called proxy_done returned.
+	var order []string
+	for _, e := range h.Logs() {
+		if e.Message == "after-done" || strings.HasPrefix(e.Message, "cb delete") {
+			order = append(order, e.Message)
+		}
+	}
+	if want := []string{"after-done", "cb delete " + itoa(int64(old.ID()))}; !reflect.DeepEqual(order, want) {
+		t.Errorf("order = %q, want %q", order, want)
 	}
 }

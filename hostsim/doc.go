@@ -27,7 +27,11 @@
 //   - Roots (VM.Configure) tick on the virtual clock; Host.Advance fires due
 //     ticks, http_call responses and timeouts and queue deliveries in time
 //     order. Reconfiguring a root id creates a new root in the same VM; a
-//     rejected configuration keeps the old root.
+//     rejected configuration keeps the old root. Options.Canary first runs
+//     each new configuration in a throwaway VM, as Envoy does (canary.go).
+//   - Options.V8 enforces V8's allow-lists of host calls during _initialize
+//     and proxy_on_memory_allocate; WASI answers as cpp-host's stubs do
+//     (an unknown clock id is ENOTSUP).
 //   - Streams are driven like Envoy's HTTP filter chain drives the wasm
 //     filter (filter.go): the guest's stream calls (proxy_continue_stream,
 //     proxy_close_stream, proxy_send_local_response) take effect once the

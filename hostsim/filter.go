@@ -351,8 +351,9 @@ func (s *Stream) destroy() error {
 	return vm.maybeDeleteRootLocked(s.root)
 }
 
-// Deferred calls: cpp-host runs what continue_stream, close_stream and
-// send_local_response ask for after the guest call that asked returns
+// Deferred calls: cpp-host runs what continue_stream, close_stream,
+// send_local_response and proxy_done ask for after the guest call that
+// asked returns
 // (WasmBase::addAfterVmCallAction, run by DeferAfterCallActions), in order,
 // before Envoy looks at that callback's answer.
 
@@ -362,13 +363,15 @@ const (
 	opContinue deferredOp = iota
 	opClose
 	opLocalReply
+	opDeleteRoot // proxy_done
 )
 
 type deferredCall struct {
 	op deferredOp
-	s  *Stream
+	s  *Stream // opContinue, opClose, opLocalReply
 	t  StreamType
 	lr *LocalReply
+	r  *Root // opDeleteRoot
 }
 
 func (vm *VM) deferCall(c deferredCall) { vm.deferred = append(vm.deferred, c) }
@@ -381,7 +384,11 @@ func (vm *VM) runDeferred() error {
 		c := vm.deferred[vm.deferredHead]
 		vm.deferred[vm.deferredHead] = deferredCall{}
 		vm.deferredHead++
-		if err := vm.withContext(c.s.root, c.s, c.run); err != nil {
+		root := c.r
+		if c.s != nil {
+			root = c.s.root
+		}
+		if err := vm.withContext(root, c.s, c.run); err != nil {
 			vm.deferred, vm.deferredHead = vm.deferred[:0], 0
 			return err
 		}
@@ -402,6 +409,8 @@ func (c *deferredCall) run() error {
 		return c.s.resume(&c.s.resp)
 	case opClose:
 		return c.s.reset(c.t)
+	case opDeleteRoot:
+		return c.r.vm.maybeDeleteRootLocked(c.r)
 	}
 	return c.s.sendLocalReply(c.lr)
 }

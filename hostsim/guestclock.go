@@ -8,16 +8,12 @@ import (
 // Options.TimeGuest reads a clock around every export and every host
 // function the guest calls. Of the two reads around a host function, the
 // part before the first one's sample and the part after the second one's
-// fall outside the host's measured time and inside the export's: one read's
-// cost per host call is counted as the guest's unless it is taken back
-// (and around the guest's allocations inside host calls, the reverse). A
-// request of plugin/router's benchmark calls 34 host functions (header and
-// body reads, shared data, stats, WASI clocks) and the host asks for 10
-// allocations; with time.Now (44 ns here, wall and monotonic) and nothing
-// taken back, that was about 1.5 µs of each request's guest time (the same
-// module's replay p50 went from 47.8 to 46.6 µs with this clock, one run
-// each). The guest clock reads only the monotonic clock, and the cost of
-// one read, measured when the package loads, is charged to the host.
+// fall outside the host's measured time and inside the export's: each host
+// call would add one read's cost to the guest's time (and each allocation
+// the host asks for inside one would take one off) unless it is taken
+// back. So the guest clock reads only the monotonic clock, and the cost of
+// one read, measured when the package loads, is charged to the host
+// (TestGuestTime; docs/performance.md "Method" has what it amounts to).
 
 // nanotime is the runtime's monotonic clock (the one time.Since reads),
 // without time.Now's wall-clock read.

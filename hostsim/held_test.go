@@ -363,3 +363,41 @@ func streamCallbacks(h *Host, id uint32) []string {
 	}
 	return out
 }
+
+// TestHeldResponse: a response held at its headers and body goes
+// downstream when the guest continues it from a tick; like Envoy's
+// continueStream, continuing the response also drops the guest's view of
+// the request headers.
+func TestHeldResponse(t *testing.T) {
+	h, vm := newGuestVM(t, Options{}, "vm", "")
+	r := configure(t, vm, "r", "configure: tick 10\nrequest_headers: ret 1\nrequest_body: ret 0\n"+
+		"response_headers: hold; ret 1\nresponse_body: ret 1\n"+
+		"tick: effective $held; get 0 :path; continue 1; get 0 :path; unhold")
+	s := stream(t, r, [][2]string{{":path", "/p"}})
+	if _, err := s.RequestBody([]byte("q"), true); err != nil {
+		t.Fatal(err)
+	}
+	var resumed []string
+	s.OnResponseResumed(func() { resumed = append(resumed, h.Now().String()+" "+string(s.ResponseBodyForwarded())) })
+	if a, err := s.ResponseHeaders([][2]string{{":status", "200"}}, false); a != ActionPause || err != nil {
+		t.Fatalf("ResponseHeaders = %v, %v; want PAUSE", a, err)
+	}
+	if _, err := s.ResponseBody([]byte("chunk"), true); err != nil {
+		t.Fatal(err)
+	}
+	if !s.ResponsePaused() || len(s.ResponseBodyForwarded()) != 0 {
+		t.Fatalf("ResponsePaused() = %v, forwarded %q; want the response held", s.ResponsePaused(), s.ResponseBodyForwarded())
+	}
+	if err := h.Advance(10 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"10ms chunk"}; !reflect.DeepEqual(resumed, want) {
+		t.Errorf("OnResponseResumed saw %q, want %q; logs:\n%s", resumed, want, dumpLogs(h))
+	}
+	if got, want := results(h, "tick", "get"), []string{"0 /p", "2 "}; !reflect.DeepEqual(got, want) {
+		t.Errorf("request header reads before and after continue(RESPONSE) = %q, want %q", got, want)
+	}
+	if s.ResponsePaused() {
+		t.Errorf("ResponsePaused() = true after the continue")
+	}
+}

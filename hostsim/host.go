@@ -13,7 +13,7 @@ import (
 )
 
 // PollMode selects how WASI poll_oneoff answers; the Go runtime calls it
-// when it waits on a timer or the netpoller (ABI.md §1.5).
+// when it waits on a timer or the netpoller (docs/abi.md "Envoy behaviour").
 type PollMode int
 
 const (
@@ -53,7 +53,8 @@ const (
 
 // Options configures a Host. The zero value is a usable Envoy-like host:
 // virtual clock at DefaultStart, poll_oneoff=ENOSYS, headers PAUSE as
-// StopIteration, every log level kept.
+// StopIteration, no configuration canary, no V8 allow-lists, every log
+// level kept.
 type Options struct {
 	// Start is the virtual wall-clock time at creation; zero means DefaultStart.
 	Start time.Time
@@ -62,6 +63,14 @@ type Options struct {
 	// HeadersPause selects what PAUSE from a headers callback does; the
 	// zero value is HeadersStopIteration.
 	HeadersPause HeadersPause
+	// Canary runs the configuration canary Envoy runs before a new plugin
+	// configuration reaches any worker (canary.go): a throwaway VM that
+	// initializes, starts and configures one root and is destroyed.
+	Canary bool
+	// V8 selects the allow-lists of host calls during _initialize and
+	// proxy_on_memory_allocate that Envoy's V8 engine enforces; the zero
+	// value enforces none.
+	V8 V8Restrictions
 	// LogLevel is what proxy_get_log_level reports; messages below it are
 	// dropped, as Envoy does. The zero value (LogTrace) keeps all.
 	LogLevel LogLevel
@@ -145,6 +154,9 @@ type Host struct {
 	pollCalls uint64
 	// wallStep is StepWallClock's accumulated offset of the wall clock.
 	wallStep time.Duration
+	// The configuration canary's verdicts (nil: accepted) and runs.
+	canaryVerdicts map[canaryKey]error
+	canaries       int
 }
 
 // NewHost creates a Host. Close it to release the wazero runtime.
@@ -178,6 +190,8 @@ func NewHost(opts Options) *Host {
 		qByName:  map[queueKey]*queue{},
 		metrics:  map[string]*metric{},
 		clusters: map[string]Cluster{},
+
+		canaryVerdicts: map[canaryKey]error{},
 	}
 	if err := h.instantiateHostModules(context.Background()); err != nil {
 		// Only a bug in hostsim's own function signatures can get here.
@@ -348,7 +362,7 @@ func (h *Host) ClearLogs() {
 	h.mu.Unlock()
 }
 
-// Shared data (proxy-wasm-cpp-host src/shared_data.cc, ABI.md §3.2).
+// Shared data (proxy-wasm-cpp-host src/shared_data.cc).
 
 type sharedEntry struct {
 	value []byte
@@ -395,8 +409,9 @@ func (h *Host) setShared(vmID, key string, value []byte, cas uint32) Status {
 		return StatusCASMismatch
 	}
 	// In place: Envoy's shared data replaces the value under its lock, and
-	// a fresh copy per update was most of what a routed request allocated
-	// in the host.
+	// an update must not allocate in the host, whose collector would run
+	// inside the callbacks the benchmarks time (TestSharedDataCAS holds
+	// that readers keep their copies).
 	e.value = append(e.value[:0], value...)
 	e.cas = h.nextCASLocked()
 	return StatusOK

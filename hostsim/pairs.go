@@ -7,7 +7,7 @@ import (
 )
 
 // EncodePairs serializes a header map in the proxy-wasm layout (spec
-// abi-versions/v0.2.1 "Serialization", ABI.md §2.2): u32 count, then count
+// abi-versions/v0.2.1 "Serialization"): u32 count, then count
 // (u32 key_len, u32 value_len) pairs, then each key and value followed by a
 // NUL byte. All integers are little-endian; lengths exclude the NUL.
 // An empty map encodes as a zero count (4 zero bytes).

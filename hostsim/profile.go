@@ -14,8 +14,8 @@ import (
 // GuestProbe counts the calls of chosen guest functions and times them: a
 // poor man's profiler for wasm, which has none, and the way benchmarks count
 // the guest runtime's heap allocations (runtime.mallocgc) and GC cycles
-// (runtime.gcStart) without importing wazero themselves (STYLE.md: hostsim
-// is the only code that does). Install it with Options.Probe.
+// (runtime.gcStart) without importing wazero themselves (hostsim is the
+// only package that does). Install it with Options.Probe.
 //
 // It rides on wazero's experimental function listeners, which wrap every
 // call of an instrumented function: each probed call also pays for the

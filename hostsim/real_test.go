@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/tetratelabs/wazero"
+
+	"github.com/gpuroute/gpuroute/internal/longtest"
 )
 
 // Tests of the real gpuroute module (make test builds it first).
@@ -42,6 +44,10 @@ func realWasm(t testing.TB) []byte {
 // firstPluginConfig is the first plugin's configuration.
 const firstPluginConfig = `{"replicas":[{"name":"a","address":"10.0.0.1:8000"},{"name":"b","address":"10.0.0.2:8000"}],"tick_ms":100}`
 
+// TestRealModuleImportsAllowList: the built module imports only WASI
+// functions every Envoy from 1.33 on provides (EnvoyWASIImports, a subset of
+// what cpp-host provides from PR #533 on too) and proxy_* calls hostsim
+// provides, and exports what the spec asks for.
 func TestRealModuleImportsAllowList(t *testing.T) {
 	b := realWasm(t)
 	h := NewHost(Options{})
@@ -66,7 +72,7 @@ func TestRealModuleImportsAllowList(t *testing.T) {
 	exports := mod.Exports()
 	for _, want := range RequiredExports {
 		if !slices.Contains(exports, want) {
-			t.Errorf("export %s missing (ABI.md §2.3)", want)
+			t.Errorf("export %s missing (spec abi-versions/v0.2.1)", want)
 		}
 	}
 }
@@ -94,8 +100,28 @@ func realWorkers(t testing.TB, n int, opts Options) (*Host, []*Root) {
 	return h, roots
 }
 
+// TestRealModuleFourWorkers: four workers route every request to one
+// configured replica and log no error, with the configuration canary and
+// under each of V8's allow-lists.
 func TestRealModuleFourWorkers(t *testing.T) {
-	h, roots := realWorkers(t, 4, Options{})
+	tests := []struct {
+		name string
+		v8   V8Restrictions
+	}{
+		{name: "no restrictions", v8: NoRestrictions},
+		{name: "v8 before 533", v8: V8Before533},
+		{name: "v8 after 533", v8: V8After533},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { fourWorkers(t, Options{V8: tc.v8, Canary: true}) })
+	}
+}
+
+func fourWorkers(t *testing.T, opts Options) {
+	h, roots := realWorkers(t, 4, opts)
+	if got := h.Canaries(); got != 1 {
+		t.Errorf("Canaries() after configuring four workers = %d, want 1", got)
+	}
 	addrs := []string{"10.0.0.1:8000", "10.0.0.2:8000"}
 	seen := map[string]int{}
 	for round := 0; round < 5; round++ {
@@ -145,12 +171,14 @@ func TestRealModuleFourWorkers(t *testing.T) {
 }
 
 // TestRealModuleGCStress: many requests with bodies through one VM of the
-// real module under ENOSYS poll_oneoff (Envoy 1.33–1.37): no trap, no poll.
+// real module under ENOSYS poll_oneoff and V8's allow-lists of Envoy
+// 1.33–1.37 (the Go runtime's collections run inside the allocator): no
+// trap, no poll.
 func TestRealModuleGCStress(t *testing.T) {
-	h, roots := realWorkers(t, 1, Options{})
-	n := 5000
-	if testing.Short() {
-		n = 500
+	h, roots := realWorkers(t, 1, Options{V8: V8Before533})
+	n := 500
+	if longtest.Enabled() {
+		n = 5000
 	}
 	body := []byte(`{"model":"m","prompt":"` + strings.Repeat("lorem ipsum ", 200) + `","max_tokens":64}`)
 	for i := 0; i < n; i++ {

@@ -46,9 +46,9 @@ type headerMap struct {
 }
 
 // bodyState is one direction's body. Its buffers come from the VM's pool
-// and go back when the stream ends (a 32 KB prompt buffered and forwarded
-// was a routed request's largest host allocation, and the host's garbage
-// collector then ran inside the callbacks the benchmarks time).
+// and go back when the stream ends, so that buffering and forwarding a
+// prompt allocates nothing in the host, whose collector would otherwise
+// run inside the callbacks the benchmarks time.
 type bodyState struct {
 	buf       []byte // what proxy_get_buffer_bytes sees
 	buffering bool   // the last body callback returned PAUSE: keep accumulating

@@ -5,6 +5,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/gpuroute/gpuroute/internal/longtest"
 )
 
 // v8Result is what v8/requestpath.mjs prints.
@@ -29,6 +31,7 @@ type v8Result struct {
 // parses, the shared system prompts hit the prefix index, nothing is logged
 // at error level. Skipped without Node.js 20 or later.
 func TestV8RequestPath(t *testing.T) {
+	longtest.Skip(t)
 	realWasm(t)
 	node, err := NodeWASI()
 	if err != nil {

@@ -2,6 +2,7 @@ package hostsim
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ type Module struct {
 	host     *Host
 	compiled wazero.CompiledModule
 	size     int
+	sum      [sha256.Size]byte // of the bytes: the code part of cpp-host's VM key
 }
 
 // Compile compiles a proxy-wasm module with wazero's compiler engine. The
@@ -33,7 +35,7 @@ func (h *Host) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 	if err != nil {
 		return nil, errors.New("hostsim: compile module: " + err.Error())
 	}
-	return &Module{host: h, compiled: cm, size: len(wasm)}, nil
+	return &Module{host: h, compiled: cm, size: len(wasm), sum: sha256.Sum256(wasm)}, nil
 }
 
 // Size returns the module's size in bytes.
@@ -145,6 +147,9 @@ type VM struct {
 	deferred     []deferredCall
 	deferredHead int
 	notices      []notice
+	// restricted, while set, is the allow-list of host calls (V8's, during
+	// _initialize and proxy_on_memory_allocate); any other traps.
+	restricted []string
 }
 
 type callResponse struct {
@@ -159,7 +164,37 @@ type callResponse struct {
 // shared data and queues) and VM configuration, runs _initialize and then
 // proxy_on_vm_start. Instantiation fails, as in Envoy, if the module imports
 // anything the host does not provide.
+//
+// cpp-host calls proxy_on_vm_start once per root context it starts, with
+// that root's id, right after the root's proxy_on_context_create; hostsim
+// calls it once per VM with the VM context's id 0, before any root, so that
+// a module refusing to start fails here (the canary, canary.go, follows
+// cpp-host's order).
 func (h *Host) NewVM(ctx context.Context, mod *Module, vmID string, vmConfig []byte) (*VM, error) {
+	vm, err := h.newInstance(ctx, mod, vmID, vmConfig)
+	if err != nil {
+		return nil, err
+	}
+	vm.mu.Lock()
+	defer vm.unlock()
+	h.mu.Lock()
+	h.vms[vm] = struct{}{}
+	h.vmCount[vmID]++
+	h.mu.Unlock()
+	ok, err := vm.callBool(fnOnVMStart, true, 0, uint64(len(vm.vmConfig)))
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		vm.closeLocked()
+		return nil, errors.New("hostsim: new vm " + strconv.Quote(vmID) + ": proxy_on_vm_start returned false")
+	}
+	return vm, nil
+}
+
+// newInstance instantiates mod and runs _initialize, under V8's allow-list
+// when Options.V8 asks for one. The VM is not yet one of the Host's.
+func (h *Host) newInstance(ctx context.Context, mod *Module, vmID string, vmConfig []byte) (*VM, error) {
 	if mod == nil || mod.host != h {
 		return nil, errors.New("hostsim: new vm " + strconv.Quote(vmID) + ": module was compiled by another host")
 	}
@@ -175,10 +210,10 @@ func (h *Host) NewVM(ctx context.Context, mod *Module, vmID string, vmConfig []b
 		timeGuest: h.opts.TimeGuest,
 	}
 	vm.callCtx = context.WithValue(ctx, vmKey{}, vm)
-	vm.mu.Lock()
-	defer vm.unlock()
+	vm.restricted, _ = h.opts.V8.allowed()
 	inst, err := h.rt.InstantiateModule(vm.callCtx, mod.compiled,
 		wazero.NewModuleConfig().WithName("").WithStartFunctions(exportInitialize))
+	vm.restricted = nil
 	if err != nil {
 		return nil, errors.New("hostsim: new vm " + strconv.Quote(vmID) + ": instantiate: " + err.Error() + vm.stderrSuffix())
 	}
@@ -194,19 +229,6 @@ func (h *Host) NewVM(ctx context.Context, mod *Module, vmID string, vmConfig []b
 	if vm.fn[fnMalloc] == nil {
 		_ = inst.Close(ctx)
 		return nil, errors.New("hostsim: new vm " + strconv.Quote(vmID) + ": module does not export " + exportMemoryAllocate)
-	}
-	h.mu.Lock()
-	h.vms[vm] = struct{}{}
-	h.vmCount[vmID]++
-	h.mu.Unlock()
-	// The VM context has id 0 (cpp-host ContextBase for the VM); roots start at 1.
-	ok, err := vm.callBool(fnOnVMStart, true, 0, uint64(len(vm.vmConfig)))
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		vm.closeLocked()
-		return nil, errors.New("hostsim: new vm " + strconv.Quote(vmID) + ": proxy_on_vm_start returned false")
 	}
 	return vm, nil
 }
@@ -367,13 +389,16 @@ func (vm *VM) after() {
 
 // Configure creates a root context for rootID and runs proxy_on_configure
 // with pluginConfig, as Envoy does for a new or changed plugin
-// configuration in a running VM (ABI.md §3.3). If a root already serves
+// configuration in a running VM (cpp-host src/wasm.cc). If a root already serves
 // rootID and the new one accepts its configuration, the old root stops
 // ticking, gets proxy_on_done and, once its streams finish (and, if on_done
 // returned false, after it calls proxy_done), proxy_on_delete. If
 // proxy_on_configure returns false the new root is deleted, the old one
 // keeps serving, and the error says so.
 func (vm *VM) Configure(rootID string, pluginConfig []byte) (*Root, error) {
+	if err := vm.host.canary(vm, rootID, pluginConfig); err != nil {
+		return nil, err
+	}
 	vm.mu.Lock()
 	r, err := vm.configureLocked(rootID, pluginConfig)
 	vm.unlock()
@@ -393,10 +418,8 @@ func (vm *VM) configureLocked(rootID string, pluginConfig []byte) (*Root, error)
 		if _, err := vm.invoke(fnOnContextCreate, 0, 2, uint64(r.id), 0, 0, 0, 0); err != nil {
 			return err
 		}
-		vm.pluginConfig, vm.havePlugin = pluginConfig, true
 		var err error
-		ok, err = vm.callBool(fnOnConfigure, true, uint64(r.id), uint64(len(pluginConfig)))
-		vm.pluginConfig, vm.havePlugin = nil, false
+		ok, err = vm.configureCall(r, pluginConfig)
 		return err
 	})
 	if err != nil {
@@ -505,6 +528,7 @@ func (vm *VM) closeLocked() {
 	if h.vmCount[vm.id] == 0 {
 		delete(h.vmCount, vm.id)
 		delete(h.shared, vm.id)
+		h.forgetCanariesLocked(vm.id)
 		for k, q := range h.qByName {
 			if k.vmID == vm.id {
 				delete(h.qByName, k)

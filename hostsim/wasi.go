@@ -10,7 +10,7 @@ import (
 )
 
 // hostsim's own wasi_snapshot_preview1, copying what Envoy's proxy-wasm host
-// provides (proxy-wasm-cpp-host src/exports.cc, ABI.md §1.5) rather than
+// provides (proxy-wasm-cpp-host src/exports.cc) rather than
 // wazero's full WASI, so a guest that would fail in Envoy fails here too.
 
 type wasiFunc struct {
@@ -48,7 +48,7 @@ var wasiFuncs = []wasiFunc{
 		case 1: // MONOTONIC
 			ns = uint64(monotonicBase + vm.host.Now())
 		default:
-			return errnoInval
+			return errnoNotsup // cpp-host: any other clock id
 		}
 		if !vm.mem.WriteUint64Le(u32(s, 2), ns) {
 			return errnoFault
@@ -79,10 +79,9 @@ var wasiFuncs = []wasiFunc{
 		if fd != 1 && fd != 2 {
 			return errnoBadf
 		}
-		// fdstat: filetype CHARACTER_DEVICE(2), flags APPEND(1), rights FD_WRITE(1<<6).
+		// cpp-host's fdstat: all zero (filetype UNKNOWN, no flags) but the
+		// base rights, FD_WRITE (1<<6).
 		var st [24]byte
-		st[0] = 2
-		binary.LittleEndian.PutUint16(st[2:], 1)
 		binary.LittleEndian.PutUint64(st[8:], 1<<6)
 		if !vm.mem.Write(u32(s, 1), st[:]) {
 			return errnoFault
@@ -123,8 +122,10 @@ func (h *Host) instantiateWASI(ctx context.Context) error {
 		if f.results == 1 {
 			results = []api.ValueType{i32}
 		}
+		full := WASIModuleName + "." + f.name
 		b.NewFunctionBuilder().WithGoModuleFunction(api.GoModuleFunc(func(ctx context.Context, mod api.Module, s []uint64) {
 			vm := vmOf(ctx, mod)
+			vm.checkAllowed(full)
 			vm.hostCall(func() {
 				r := fn(vm, s)
 				if len(s) > 0 {

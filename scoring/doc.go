@@ -18,7 +18,9 @@
 //	index.Lookup(h.Chain(), cached)                      // k per replica
 //	req := scoring.Request{PromptTokens: h.Tokens(), Chain: h.Chain(), Model: model}
 //	scoring.Pick(&params, &req, replicas, cached, ledger, nowNanos, &decision)
-//	f := ledger.Dispatch(decision.Index, &req, uncached, nowNanos); index.Record(decision.Index, h.Chain())
+//	c, _ := decision.Chosen() // decision.Index < 0: no replica, answer 503
+//	f := ledger.Dispatch(c.Index, &req, req.PromptTokens-c.CachedTokens, nowNanos, c.StartNanos)
+//	index.Record(c.Index, h.Chain())
 //
 // The package is pure Go: no I/O, no clock (time is an argument), no
 // randomness (ties break by rendezvous hashing of the prefix), no
@@ -28,8 +30,10 @@
 //
 // Pieces: [Hardware] (cost profiles with published defaults), [Replica] and
 // [Request] (the inputs), [Params] (tunables), [Pick] and [Decision] (the
-// rule and its explanation), [Ledger] (the router's own accounting between
-// metric scrapes), [Calibrator] (online fit of a replica's real prefill
-// cost). Prefix identity (the block-hash chain of a prompt and the index of
-// which replica holds which chain) is the subpackage [prefix].
+// rule and its explanation: each cost term is a function of its own in
+// terms.go, composed plainly by pickPlain, which Pick's loop fuses for the
+// wasm compiler), [Ledger] (the router's own accounting between metric
+// scrapes), [Calibrator] (online fit of a replica's real prefill cost).
+// Prefix identity (the block-hash chain of a prompt and the index of which
+// replica holds which chain) is the subpackage [prefix].
 package scoring

@@ -55,8 +55,7 @@ func (h *Hardware) PrefillSeconds(tokens int) float64 {
 	if tokens <= 0 {
 		return 0
 	}
-	x := float64(tokens)
-	return h.PrefillFixedSec + h.PrefillSecPerToken*x + h.PrefillSecPerToken2*x*x
+	return prefillSec(h, float64(tokens))
 }
 
 // DecodeStepSeconds returns the duration of one decode step with batch
@@ -100,7 +99,7 @@ const (
 //     vLLM's 0.9 gpu_memory_utilization an 80 GB GPU holds ~400k tokens,
 //     48 GB (L40S) ~200k, 24 GB (L4) ~40k.
 //   - LoRA loads: host memory → GPU a few ms to tens of ms; disk or object
-//     storage 0.5–3 s (DESIGN.md §6). PCIe Gen4 parts (A100, L40S, L4) get
+//     storage 0.5–3 s (docs/design.md "LoRA adapters"). PCIe Gen4 parts (A100, L40S, L4) get
 //     the slower host figure.
 //   - Per-sequence decode step growth: each extra sequence reads its own KV
 //     (~1k tokens × 128 KiB = 128 MB) per step: 0.04 ms on H100 at 3.35 TB/s,

@@ -31,7 +31,8 @@ func TestLookupHardware(t *testing.T) {
 	}
 }
 
-// TestHardwareAnchors holds the defaults to the published anchors in DESIGN.md §6.
+// TestHardwareAnchors holds the defaults to the published anchors that
+// defaultProfiles cites.
 func TestHardwareAnchors(t *testing.T) {
 	h100, _ := LookupHardware(HardwareH100)
 	tests := []struct {

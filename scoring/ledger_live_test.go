@@ -5,26 +5,26 @@ import (
 	"testing"
 )
 
-// checkLive verifies l.live against the slots: exactly the used ones, each
+// checkLive verifies l.work.live against the slots: exactly the used ones, each
 // at its recorded position.
 func checkLive(t *testing.T, l *Ledger, step string) {
 	t.Helper()
 	used := 0
-	for i := range l.flights {
-		if l.flights[i].used {
+	for i := range l.work.flights {
+		if l.work.flights[i].used {
 			used++
-			if at := l.flights[i].at; int(at) >= len(l.live) || l.live[at] != int32(i) {
-				t.Fatalf("%s: flight %d records live position %d, live = %v", step, i, at, l.live)
+			if at := l.work.flights[i].at; int(at) >= len(l.work.live) || l.work.live[at] != int32(i) {
+				t.Fatalf("%s: flight %d records live position %d, live = %v", step, i, at, l.work.live)
 			}
 		}
 	}
-	if used != len(l.live) || used != l.InFlight() {
-		t.Fatalf("%s: %d used slots, %d live, InFlight() = %d; want all equal", step, used, len(l.live), l.InFlight())
+	if used != len(l.work.live) || used != l.InFlight() {
+		t.Fatalf("%s: %d used slots, %d live, InFlight() = %d; want all equal", step, used, len(l.work.live), l.InFlight())
 	}
 }
 
 // TestLedgerLiveList: after any sequence of dispatches, completions,
-// cancellations, sweeps and a decode, the live list holds exactly the
+// cancellations, sweeps and streamed tokens, the live list holds exactly the
 // requests in flight, and WorkOn's unseen work (computed from it) equals a
 // count over every slot.
 func TestLedgerLiveList(t *testing.T) {
@@ -39,7 +39,7 @@ func TestLedgerLiveList(t *testing.T) {
 		switch op := rng.IntN(10); {
 		case op < 5:
 			req := Request{PromptTokens: 1 + rng.IntN(4000), MaxTokens: rng.IntN(512), Model: "m"}
-			if f := l.Dispatch(rng.IntN(reps), &req, req.PromptTokens, now); f != 0 {
+			if f := l.Dispatch(rng.IntN(reps), &req, req.PromptTokens, now, 0); f != 0 {
 				open = append(open, f)
 			}
 		case op < 8 && len(open) > 0:
@@ -53,26 +53,20 @@ func TestLedgerLiveList(t *testing.T) {
 		case op == 8:
 			l.Sweep(now - int64(rng.IntN(5e8)))
 			open = open[:0] // stale handles are ignored by Done and Cancel
-			for i := range l.flights {
-				if f := &l.flights[i]; f.used {
+			for i := range l.work.flights {
+				if f := &l.work.flights[i]; f.used {
 					open = append(open, Flight(uint64(f.gen)<<32|uint64(i)))
 				}
 			}
-		default:
-			enc, err := l.AppendBinary(nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := l.UnmarshalBinary(enc); err != nil {
-				t.Fatalf("UnmarshalBinary(AppendBinary()) = %v", err)
-			}
+		case len(open) > 0:
+			l.Progress(open[rng.IntN(len(open))], 1+rng.IntN(8))
 		}
 		checkLive(t, l, "step "+itoa(step))
 		snap := now - int64(rng.IntN(5e8))
 		r := rng.IntN(reps)
 		var wantN, wantTok int64
-		for i := range l.flights {
-			if f := &l.flights[i]; f.used && int(f.replica) == r && f.dispatched > snap {
+		for i := range l.work.flights {
+			if f := &l.work.flights[i]; f.used && int(f.replica) == r && f.dispatched > snap {
 				wantN++
 				wantTok += f.prefill
 			}
@@ -105,7 +99,7 @@ func BenchmarkLedgerWorkOnNewSnapshot64(b *testing.B) {
 	l := NewLedger(DefaultParams(), 64, 1<<14)
 	for i := range 32 {
 		req := Request{PromptTokens: 8000, MaxTokens: 256, Model: "m"}
-		l.Dispatch(i%64, &req, 4000, int64(i+1)*1e6)
+		l.Dispatch(i%64, &req, 4000, int64(i+1)*1e6, 0)
 	}
 	b.ReportAllocs()
 	snap := int64(0)

@@ -27,11 +27,11 @@ import "math"
 // Newton's method starts at from when it is positive (the T of a
 // neighbouring problem: the replica's previous solution, or the one a
 // send moves from), else at the root for equal rates. From there it takes
-// a step or two instead of climbing from 0 (with 64 replicas of 10
-// adapters each, four solves from 0 per replica made Pick take 60 µs
-// natively). Pick solves a replica's caches only when its adapters change
-// and prices sends from that solution (cheLevel); tests hold that pricing
-// to solving with and without the send here.
+// a step or two instead of climbing from 0 (any start reaches the same
+// root: TestCheSolveWarmStart; BenchmarkPickAdaptersFull64 times it). Pick
+// solves a replica's caches only when its adapters change and prices sends
+// from that solution (cheLevel); TestSendDelta holds that pricing to
+// solving with and without the send here.
 func cheSolve(rates []float64, extra float64, slots int, from float64) (miss, own, t float64) {
 	if slots <= 0 {
 		return 0, 0, 0
@@ -59,7 +59,7 @@ func cheSolve(rates []float64, extra float64, slots int, from float64) (miss, ow
 	t = from
 	if !(t > 0 && t < math.Inf(1)) {
 		// The root for equal rates, a guess within a few Newton steps of
-		// the real one: cold, Newton climbed from 0 for 7 to 9 steps.
+		// the real one, closer than 0.
 		t = -math.Log1p(-c/float64(items)) * float64(items) / sum
 	}
 	miss = sum

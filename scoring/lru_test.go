@@ -216,15 +216,16 @@ func TestCheCache(t *testing.T) {
 	mem := int64(p.AdapterMemory)
 	at := int64(100 * sec)
 	for i, a := range []uint64{1, 2, 3, 4, 5, 6} {
-		l.rememberAdapter(a, 1, at-int64(i)*sec, at-int64(i)*sec+mem)
-		l.rememberAdapter(a, 0, at-int64(i)*sec, at-int64(i)*sec+mem)
+		l.adapters.remember(a, 1, at-int64(i)*sec, at-int64(i)*sec+mem)
+		l.adapters.remember(a, 0, at-int64(i)*sec, at-int64(i)*sec+mem)
 	}
 	// solve marks adapter 9 (on neither replica) at now and returns
 	// replica 1's GPU level, with 2 GPU and hostSlots host slots.
+	var v adapterView
 	solve := func(now int64, hostSlots int) (*cheLevel, float64) {
-		l.markAdapter(9, nil, now)
-		_, self := l.adapterRates(1)
-		g, _, _, toRef := l.cheLevels(1, self, 2, hostSlots)
+		l.markAdapter(&v, 9, nil, now)
+		_, self := v.adapterRates(1)
+		g, _, _, toRef := l.adapters.levels(&v, 1, self, 2, hostSlots)
 		return g, toRef
 	}
 	const marker = 42.0 // no solve writes it
@@ -238,8 +239,8 @@ func TestCheCache(t *testing.T) {
 		change       func()
 		host0, host1 int
 	}{
-		{"a send there", func() { l.rememberAdapter(3, 1, at+20*sec, at+20*sec+mem) }, 4, 4},
-		{"a new adapter there", func() { l.rememberAdapter(7, 1, at+20*sec, at+20*sec+mem) }, 4, 4},
+		{"a send there", func() { l.adapters.remember(3, 1, at+20*sec, at+20*sec+mem) }, 4, 4},
+		{"a new adapter there", func() { l.adapters.remember(7, 1, at+20*sec, at+20*sec+mem) }, 4, 4},
 		{"other host slots", func() {}, 4, 5},
 	} {
 		g, _ := solve(at+20*sec, tt.host0)
@@ -251,18 +252,18 @@ func TestCheCache(t *testing.T) {
 	}
 	// A send stamped after now decays from then, not with the others: no
 	// level is kept until now passes it.
-	l.rememberAdapter(3, 1, at+60*sec, at+60*sec+mem)
+	l.adapters.remember(3, 1, at+60*sec, at+60*sec+mem)
 	g, _ = solve(at+40*sec, 4)
 	g.now.a[cheOrder] = marker
 	if g, _ := solve(at+50*sec, 4); g.now.a[cheOrder] == marker {
 		t.Errorf("cheLevels with a send stamped after now: kept the cached level, want it solved again")
 	}
-	l.markAdapter(9, nil, at+100*sec)
-	g, _, _, _ = l.cheLevels(0, 0, 2, 4)
+	l.markAdapter(&v, 9, nil, at+100*sec)
+	g, _, _, _ = l.adapters.levels(&v, 0, 0, 2, 4)
 	g.now.a[cheOrder] = marker
-	l.rememberAdapter(3, 1, at+100*sec, at+100*sec+mem)
-	l.markAdapter(9, nil, at+100*sec)
-	if g, _, _, _ := l.cheLevels(0, 0, 2, 4); g.now.a[cheOrder] != marker {
+	l.adapters.remember(3, 1, at+100*sec, at+100*sec+mem)
+	l.markAdapter(&v, 9, nil, at+100*sec)
+	if g, _, _, _ := l.adapters.levels(&v, 0, 0, 2, 4); g.now.a[cheOrder] != marker {
 		t.Errorf("cheLevels(replica 0) after a send to replica 1: a[%d] = %v, want the cached %v", cheOrder, g.now.a[cheOrder], marker)
 	}
 }
@@ -299,16 +300,17 @@ func TestReloadCostMatchesSolve(t *testing.T) {
 			// Popular adapters more often than rare ones.
 			a := uint64(1 + int(float64(12)*rng.Float64()*rng.Float64()))
 			now += int64(rng.IntN(50)) * int64(1e6)
-			l.rememberAdapter(a, int32(rng.IntN(n)), now, now+mem)
+			l.adapters.remember(a, int32(rng.IntN(n)), now, now+mem)
 		}
 		adapter := uint64(1 + rng.IntN(14)) // 13 and 14 are never sent
-		l.markAdapter(adapter, rs, now)
-		adapterReloads(&p, rs, l, now)
+		var v adapterView
+		l.markAdapter(&v, adapter, rs, now)
+		adapterReloads(&p, rs, l, &v)
 		for i := range rs {
 			r := &rs[i]
-			rates, _ := l.otherRates(i, 1)
+			rates, _ := l.adapters.otherRates(&v, i, 1)
 			rest := append([]float64(nil), rates...)
-			_, self := l.adapterRates(i)
+			_, self := v.adapterRates(i)
 			if len(rest) == 0 {
 				continue
 			}
@@ -323,9 +325,9 @@ func TestReloadCostMatchesSolve(t *testing.T) {
 			wantOthers := (gO*fromHost + hO*fromStorage) / one
 			wantOwn := (gW*fromHost + hW*fromStorage) / one
 			tol := 2 * sendTolerance * (fromHost + fromStorage)
-			if math.Abs(l.reloadSec[i]-wantOthers) > tol || math.Abs(l.ownSec[i]-wantOwn) > tol {
+			if math.Abs(v.reloadSec[i]-wantOthers) > tol || math.Abs(v.ownSec[i]-wantOwn) > tol {
 				t.Fatalf("step %d replica %d (slots %d/%d, rates %v, self %v): reloadCost = %v, %v s, want %v, %v (solved twice)",
-					step, i, r.AdapterSlots, hostSlots, rest, self, l.reloadSec[i], l.ownSec[i], wantOthers, wantOwn)
+					step, i, r.AdapterSlots, hostSlots, rest, self, v.reloadSec[i], v.ownSec[i], wantOthers, wantOwn)
 			}
 		}
 	}

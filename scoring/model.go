@@ -52,7 +52,8 @@ func (a *Adapter) key() uint64 {
 	return prefix.HashString(a.Name)
 }
 
-// DrainState is a replica's place in the drain life cycle (DESIGN.md §3).
+// DrainState is a replica's place in the drain life cycle (docs/design.md
+// "Health and drains").
 type DrainState uint8
 
 // Drain states.
@@ -133,8 +134,9 @@ type Replica struct {
 
 	// PeerWork is the in-flight work other routers sharing this fleet view
 	// (the other worker VMs of one Envoy) report on this replica, each from
-	// its own Ledger.WorkOn, including their dispatch rate; Pick adds it to
-	// the local ledger's.
+	// its own Ledger.WorkOn, summed with Work.AddAt; Pick adds it to the
+	// local ledger's. Their dispatch rate reaches Pick separately
+	// (Ledger.SetPeerRate).
 	PeerWork Work
 
 	// ScrapedNanos is when the metrics were taken, on the caller's clock

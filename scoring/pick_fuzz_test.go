@@ -40,6 +40,10 @@ func replicasFromBytes(b []byte, now int64) ([]Replica, []int) {
 	return rs, cached
 }
 
+// FuzzPick: Pick decides deterministically, never panics, chooses only a
+// healthy serving replica, accounts for every replica, and equals
+// pickPlain, the rule written plainly (as TestPickMatchesPlain holds it on
+// histories); the ledger survives the dispatch.
 func FuzzPick(f *testing.F) {
 	f.Add([]byte("abcdefghijklmnopqrstuvwx"), uint16(1000), false)
 	f.Add([]byte{0, 0, 0, 0, 0, 0, 1, 5, 5, 250, 2, 66}, uint16(0), true)
@@ -52,7 +56,8 @@ func FuzzPick(f *testing.F) {
 			req.Adapter = "fr"
 		}
 		p := DefaultParams()
-		l := NewLedger(p, 64, 16)
+		// l for Pick, twin for pickPlain: the same (empty) history.
+		l, twin := NewLedger(p, 64, 16), NewLedger(p, 64, 16)
 		if len(rs) > 0 {
 			// Another worker, with its own (slower) calibration of the
 			// replicas, has a prefill in flight on one of them, started up
@@ -62,7 +67,7 @@ func FuzzPick(f *testing.F) {
 			var pd Decision
 			Pick(&p, &req, rs, cached, peer, at, &pd)
 			if pd.Index >= 0 {
-				peer.Dispatch(pd.Index, &req, int(prompt), at)
+				peer.Dispatch(pd.Index, &req, int(prompt), at, pd.Top[0].StartNanos)
 			}
 			for i := range rs {
 				slow := rs[i].Hardware
@@ -72,9 +77,14 @@ func FuzzPick(f *testing.F) {
 				rs[i].PeerWork.AddAt(&w, now)
 			}
 			l.SetPeerRate(peer.Rate(now))
+			twin.SetPeerRate(peer.Rate(now))
 		}
-		var d1, d2 Decision
+		var d1, d2, plain Decision
 		Pick(&p, &req, rs, cached, l, now, &d1)
+		pickPlain(&p, &req, rs, cached, twin, now, &plain)
+		if diff := diffDecisions(&d1, &plain, fusesMultiplyAdd()); diff != "" {
+			t.Fatalf("Pick(%d replicas, prompt %d, adapter %v) %s", len(rs), prompt, adapter, diff)
+		}
 		Pick(&p, &req, rs, cached, l, now, &d2)
 		if d1.Index != d2.Index || d1.Reason != d2.Reason {
 			t.Fatalf("Pick = %d (%v) then %d (%v), want equal", d1.Index, d1.Reason, d2.Index, d2.Reason)
@@ -100,11 +110,11 @@ func FuzzPick(f *testing.F) {
 			t.Fatalf("counts %d+%d+%d+%d, want %d replicas", d1.Eligible, d1.Unhealthy, d1.Draining, d1.NoAdapterSlot, len(rs))
 		}
 		// Dispatch and progress never corrupt the ledger.
-		fl := l.Dispatch(d1.Index, &req, int(prompt), now)
+		fl := l.Dispatch(d1.Index, &req, int(prompt), now, d1.Top[0].StartNanos)
 		l.Progress(fl, int(prompt%7))
 		l.Done(fl, int(prompt%300))
-		if l.InFlight() != 0 || l.reps[d1.Index].Work != (Work{}) {
-			t.Fatalf("ledger after Done = %+v, want empty", l.reps[d1.Index])
+		if l.InFlight() != 0 || l.work.reps[d1.Index].Work != (Work{}) {
+			t.Fatalf("ledger after Done = %+v, want empty", l.work.reps[d1.Index])
 		}
 	})
 }
@@ -132,7 +142,7 @@ func benchFleet(n int) ([]Replica, []int, *Ledger, Request) {
 		cached[i] = rng.IntN(3000)
 		for j := 0; j < 3; j++ {
 			req := Request{PromptTokens: 1000, MaxTokens: 500}
-			f := l.Dispatch(i, &req, 800, now-int64(rng.IntN(1e9)))
+			f := l.Dispatch(i, &req, 800, now-int64(rng.IntN(1e9)), 0)
 			if j == 0 {
 				l.Progress(f, 10)
 			}
@@ -152,7 +162,7 @@ func BenchmarkPickAdapters64(b *testing.B) {
 	for i := range rs {
 		for a := range 10 {
 			r := Request{PromptTokens: 100, MaxTokens: 10, Model: "llama", Adapter: "ad" + strconv.Itoa((i+a)%24)}
-			f := l.Dispatch(i, &r, 100, now-int64(a)*1e9)
+			f := l.Dispatch(i, &r, 100, now-int64(a)*1e9, 0)
 			l.Done(f, 10)
 		}
 	}
@@ -181,7 +191,7 @@ func BenchmarkPickAdaptersFull64(b *testing.B) {
 				name = "fr"
 			}
 			r := Request{PromptTokens: 100, MaxTokens: 10, Model: "llama", Adapter: name}
-			f := l.Dispatch(i, &r, 100, now-int64(a+1)*1e9)
+			f := l.Dispatch(i, &r, 100, now-int64(a+1)*1e9, 0)
 			l.Done(f, 10)
 		}
 	}
@@ -195,7 +205,7 @@ func BenchmarkPickAdaptersFull64(b *testing.B) {
 	n := 0
 	for b.Loop() {
 		n++
-		l.adaptVer[n%len(rs)]++
+		l.adapters.ver[n%len(rs)]++
 		Pick(&p, &reqs[n&1], rs, cached, l, now+int64(n)*1e5, &d)
 	}
 }
@@ -249,7 +259,7 @@ func BenchmarkPickAfterScrape64(b *testing.B) {
 	req.Adapter = ""
 	l := NewLedger(DefaultParams(), len(rs), 2048)
 	for i := range 2048 {
-		l.Dispatch(i%len(rs), &Request{PromptTokens: 500, MaxTokens: 200, Model: "m"}, 500, int64(i)*1e6)
+		l.Dispatch(i%len(rs), &Request{PromptTokens: 500, MaxTokens: 200, Model: "m"}, 500, int64(i)*1e6, 0)
 	}
 	p := DefaultParams()
 	var d Decision

@@ -24,12 +24,22 @@ func fleet(hw string, n int, now int64) []Replica {
 	return rs
 }
 
+// startOf returns the StartNanos the Pick that filled d gave replica i (0
+// when it was not scored), to dispatch there as if Pick had chosen it.
+func startOf(d *Decision, i int) int64 {
+	if i < 0 || i >= len(d.cands) || d.cands[i].Index != i {
+		return 0
+	}
+	return d.cands[i].StartNanos
+}
+
 func linear(h Hardware) Hardware { h.PrefillSecPerToken2 = 0; return h }
 
 // exactParams has no tie epsilon, so the rule can be checked exactly.
 func exactParams() Params { p := DefaultParams(); p.TieEpsilonSec = 0; return p }
 
-// TestPickProposition checks DESIGN.md §1's proposition: with two
+// TestPickProposition checks the rule's proposition (docs/design.md "The
+// decision"): with two
 // replicas, warm A wins exactly when W(A) − W(B) < P(n) − P(n−k); with
 // linear prefill that is t_prefill(k) without the fixed cost; with
 // heterogeneous hardware each side uses its own profile. W includes the
@@ -226,7 +236,7 @@ func TestTokenBalancingBeatsCounts(t *testing.T) {
 					Pick(&p, &req, rs, nil, l, now, &d)
 					idx = d.Index
 				}
-				l.Dispatch(idx, &req, n, now)
+				l.Dispatch(idx, &req, n, now, startOf(&d, idx))
 				tokens[idx] += int64(n)
 			}
 			return tokens
@@ -258,7 +268,7 @@ func TestTokenBalancingBeatsCounts(t *testing.T) {
 			l := NewLedger(p, 2, 64)
 			for i, out := range []int{20000, 20, 20, 20} {
 				idx := min(i, 1)
-				f := l.Dispatch(idx, &Request{PromptTokens: 1000, MaxTokens: out, Model: "m"}, 1000, now)
+				f := l.Dispatch(idx, &Request{PromptTokens: 1000, MaxTokens: out, Model: "m"}, 1000, now, 0)
 				l.FirstToken(f)
 			}
 			for i := range rs {
@@ -330,7 +340,7 @@ func TestAdapterMemory(t *testing.T) {
 	l := NewLedger(p, 2, 8)
 	rs := fleet("h100", 2, now)
 	req := Request{PromptTokens: 100, Adapter: "de"}
-	f := l.Dispatch(1, &req, 100, now)
+	f := l.Dispatch(1, &req, 100, now, 0)
 	l.Done(f, 10)
 	rs[0].WaitingRequests = 0
 	var d Decision
@@ -438,7 +448,7 @@ func TestLedgerSpreadsBurst(t *testing.T) {
 	for i := 0; i < 8; i++ {
 		req := Request{PromptTokens: 2000, Chain: []uint64{uint64(i) * 7919}}
 		Pick(&p, &req, rs, nil, l, now+int64(i), &d)
-		l.Dispatch(d.Index, &req, req.PromptTokens, now+int64(i))
+		l.Dispatch(d.Index, &req, req.PromptTokens, now+int64(i), d.Top[0].StartNanos)
 		per[d.Index]++
 	}
 	if per != [4]int{2, 2, 2, 2} {
@@ -471,7 +481,7 @@ func TestPeerWork(t *testing.T) {
 		var d Decision
 		Pick(&p, &req, rs, nil, a, now, &d)
 		first := d.Index
-		a.Dispatch(first, &req, req.PromptTokens, now)
+		a.Dispatch(first, &req, req.PromptTokens, now, d.Top[0].StartNanos)
 		for r := range rs {
 			rs[r].PeerWork = Work{}
 			if share {
@@ -544,20 +554,20 @@ func TestRemainingOutputEstimate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			model := "m" + strconv.Itoa(i)
 			for _, x := range tt.learned {
-				f := l.Dispatch(0, &Request{Model: model}, 1, 0)
+				f := l.Dispatch(0, &Request{Model: model}, 1, 0, 0)
 				l.Done(f, x)
 			}
 			req := Request{Model: model, MaxTokens: tt.maxTok, PromptTokens: 10}
-			f := l.Dispatch(0, &req, 10, 0)
+			f := l.Dispatch(0, &req, 10, 0, 0)
 			l.Progress(f, tt.streamed)
 			if tt.streamed == 0 {
 				l.FirstToken(f)
 			}
-			if got := l.reps[0].DecodeTokens; got != tt.want {
+			if got := l.work.reps[0].DecodeTokens; got != tt.want {
 				t.Fatalf("remaining(max %d, learned %v, streamed %d) = %d, want %d", tt.maxTok, tt.learned, tt.streamed, got, tt.want)
 			}
 			l.Cancel(f)
-			if r := l.reps[0]; r.DecodeTokens != 0 || r.DecodeN != 0 || r.QueuedN != 0 || r.QueuedTokens != 0 {
+			if r := l.work.reps[0]; r.DecodeTokens != 0 || r.DecodeN != 0 || r.QueuedN != 0 || r.QueuedTokens != 0 {
 				t.Fatalf("after Cancel replica accounting = %+v, want zero", r)
 			}
 		})
@@ -838,7 +848,7 @@ func TestAdapterRememberedTiers(t *testing.T) {
 	h := &rs[0].Hardware
 	l := NewLedger(p, 1, 8)
 	req := Request{PromptTokens: 100, Adapter: "sql"}
-	l.Cancel(l.Dispatch(0, &req, 100, 0))
+	l.Cancel(l.Dispatch(0, &req, 100, 0, 0))
 	tests := []struct {
 		name  string
 		after time.Duration
@@ -896,8 +906,8 @@ func TestAdapterFreshDispatchesFillSlots(t *testing.T) {
 		rs[1].WaitingRequests = 6
 		l := NewLedger(p, 2, 64)
 		for _, name := range tt.sent0 {
-			l.Dispatch(0, &Request{PromptTokens: 100, Adapter: name}, 100, snap+1)
-			l.Dispatch(1, &Request{PromptTokens: 100, Adapter: "b"}, 100, snap+1)
+			l.Dispatch(0, &Request{PromptTokens: 100, Adapter: name}, 100, snap+1, 0)
+			l.Dispatch(1, &Request{PromptTokens: 100, Adapter: "b"}, 100, snap+1, 0)
 		}
 		req := Request{PromptTokens: 100, Adapter: "new"}
 		var d Decision
@@ -944,13 +954,14 @@ func TestAdapterPendingLoads(t *testing.T) {
 		rs := fleet("h100", 2, snap)
 		l := NewLedger(p, 2, 64)
 		for _, s := range tt.sends {
-			l.Cancel(l.Dispatch(0, &Request{PromptTokens: 100, Adapter: s.name}, 100, s.at))
+			l.Cancel(l.Dispatch(0, &Request{PromptTokens: 100, Adapter: s.name}, 100, s.at, 0))
 			if s.listed != unlisted && s.at < snap {
 				rs[0].Adapters = append(rs[0].Adapters, Adapter{Name: s.name, Tier: s.listed, Active: true})
 			}
 		}
-		l.markAdapter(prefix.HashString("new"), rs, now)
-		if got := l.pendingOn(0); math.Abs(got-tt.want) > 1e-12 {
+		var v adapterView
+		l.markAdapter(&v, prefix.HashString("new"), rs, now)
+		if got := v.pendingOn(0); math.Abs(got-tt.want) > 1e-12 {
 			t.Errorf("%s: pendingOn(0) = %v, want %v", tt.name, got, tt.want)
 		}
 		if tt.want == 0 {
@@ -1005,7 +1016,7 @@ func TestAdapterDisplacementCost(t *testing.T) {
 		l := NewLedger(p, 1, 8)
 		// Idle since (not listed), sent at the snapshot: not fresh, so
 		// its slot is free to take.
-		l.Cancel(l.Dispatch(0, &Request{PromptTokens: 100, Adapter: "old"}, 100, snap))
+		l.Cancel(l.Dispatch(0, &Request{PromptTokens: 100, Adapter: "old"}, 100, snap, 0))
 		var d Decision
 		Pick(&p, &Request{PromptTokens: 100, Adapter: "new"}, rs, nil, l, now, &d)
 		c, ok := d.Chosen()
@@ -1041,7 +1052,7 @@ func TestReloadCostByRates(t *testing.T) {
 	send := func(replica int, adapter string, times int) {
 		for k := range times {
 			at := snap - int64(times-k)*sec/2
-			l.Cancel(l.Dispatch(replica, &Request{PromptTokens: 100, Adapter: adapter}, 100, at))
+			l.Cancel(l.Dispatch(replica, &Request{PromptTokens: 100, Adapter: adapter}, 100, at, 0))
 		}
 	}
 	send(0, "hot", 30)
@@ -1144,7 +1155,7 @@ func TestAdapterOwnReloads(t *testing.T) {
 	send := func(replica int, adapter string, times int, before int64) {
 		for k := range times {
 			at := snap - before - int64(times-k)*sec/2
-			l.Cancel(l.Dispatch(replica, &Request{PromptTokens: 100, Adapter: adapter}, 100, at))
+			l.Cancel(l.Dispatch(replica, &Request{PromptTokens: 100, Adapter: adapter}, 100, at, 0))
 		}
 	}
 	// Replica 1 first saw a 70 s ago: past the GPU memory, host-cached.
@@ -1221,7 +1232,7 @@ func TestAdapterPlacementStream(t *testing.T) {
 			send := func(replica int, adapter string, times int) {
 				for k := range times {
 					at := snap - int64(times-k)*sec/4
-					l.Cancel(l.Dispatch(replica, &Request{PromptTokens: 100, Adapter: adapter}, 100, at))
+					l.Cancel(l.Dispatch(replica, &Request{PromptTokens: 100, Adapter: adapter}, 100, at, 0))
 				}
 			}
 			send(0, "a", tc.sends) // replica 0: idle, host cache full

@@ -79,7 +79,7 @@ func TestPrefillProgress(t *testing.T) {
 				case ev.send > 0:
 					req := Request{PromptTokens: ev.send}
 					Pick(&p, &req, rs, nil, l, ns(ev.atSec), &d)
-					sent = append(sent, l.Dispatch(0, &req, ev.send, ns(ev.atSec)))
+					sent = append(sent, l.Dispatch(0, &req, ev.send, ns(ev.atSec), startOf(&d, 0)))
 				case ev.first > 0 && ev.timed:
 					l.FirstTokenAt(sent[ev.first-1], ns(ev.atSec))
 				case ev.first > 0:
@@ -123,7 +123,7 @@ func TestPickPrefersPrefillNearEnd(t *testing.T) {
 			at := []int64{now, now + 100e6}
 			for k, i := range []int{early, 1 - early} {
 				Pick(&p, &req, rs, nil, l, at[k], &d)
-				l.Dispatch(i, &req, req.PromptTokens, at[k])
+				l.Dispatch(i, &req, req.PromptTokens, at[k], startOf(&d, i))
 			}
 			decide := now + 150e6
 			for i := range rs {
@@ -184,11 +184,11 @@ func TestStartBehindPeerGroup(t *testing.T) {
 			var d Decision
 			req := Request{PromptTokens: 1000}
 			Pick(&p, &req, rs, nil, other, base, &d)
-			peerFlight := other.Dispatch(0, &req, 1000, base)
+			peerFlight := other.Dispatch(0, &req, 1000, base, startOf(&d, 0))
 			sent := base + 50e6
 			share(sent)
 			Pick(&p, &req, rs, nil, self, sent, &d)
-			self.Dispatch(0, &req, 1000, sent)
+			self.Dispatch(0, &req, 1000, sent, startOf(&d, 0))
 			peerEnd := base + int64(dur*1e9)
 			other.FirstTokenAt(peerFlight, peerEnd)
 			at := peerEnd + 50e6

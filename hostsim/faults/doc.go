@@ -11,8 +11,9 @@
 //
 // The client model is Envoy plus a client that retries once: a request goes
 // through a worker VM's plugin, Envoy sends it to the first destination in
-// x-gateway-destination-endpoint that accepts connections (the override_host
-// policy walks the list on connect failures, DESIGN.md §3), and a stream
+// x-gateway-destination-endpoint that accepts connections (Envoy's
+// override_host load balancing policy walks the list on connect failures),
+// and a stream
 // that fails (connect refused everywhere, reset mid-stream, ended by a drain
 // deadline) is re-sent once by the client through the plugin again. A
 // request is lost when that re-send fails too; local replies of the plugin

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/gpuroute/gpuroute/internal/longtest"
 )
 
 // moduleBytes reads $GPUROUTE_WASM, else build/gpuroute.wasm (make test
@@ -24,9 +26,9 @@ func testOptions(t *testing.T) Options {
 	if err != nil {
 		t.Skipf("module not built (%v): run `make wasm` or set GPUROUTE_WASM", err)
 	}
-	o := Options{Wasm: wasm, Requests: 600, GCRequests: 20000}
-	if testing.Short() {
-		o.Requests, o.GCRequests = 200, 2000
+	o := Options{Wasm: wasm, Requests: 200, GCRequests: 2000}
+	if longtest.Enabled() {
+		o.Requests, o.GCRequests = 600, 20000
 	}
 	return o
 }

@@ -184,7 +184,8 @@ func runAllDown(o Options, res *Result) {
 	crashAt := e.h.Now()
 	firstLocal := time.Duration(-1)
 	lostBefore := 0
-	// At least 2.5 s of load after the crash: detection takes about 650 ms.
+	// At least 2.5 s of load after the crash, well past the time the
+	// plugin takes to detect it.
 	n := max(o.requests(), 1100)
 	for i := range n - 100 {
 		if e.failed() {

@@ -523,7 +523,7 @@ func (p *oracle) Pick(now time.Duration, req *Request, _ int) Decision {
 		sreq.Adapter = adapter
 	}
 	if i := p.d.Index; i >= 0 {
-		p.ledger.Cancel(p.ledger.Dispatch(i, &sreq, req.PromptTokens-p.cached[i], nowNanos))
+		p.ledger.Cancel(p.ledger.Dispatch(i, &sreq, req.PromptTokens-p.cached[i], nowNanos, p.d.Top[0].StartNanos))
 	}
 	return pickOr503(p.d.Index)
 }

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuroute/gpuroute/plugin/internal/le"
+	"github.com/gpuroute/gpuroute/scoring/le"
 )
 
 func TestValid(t *testing.T) {

@@ -3,7 +3,7 @@ package jsonx
 import (
 	"math/bits"
 
-	"github.com/gpuroute/gpuroute/plugin/internal/le"
+	"github.com/gpuroute/gpuroute/scoring/le"
 )
 
 // SWAR constants: lsb*c repeats byte c in every lane of a uint64.

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"unicode/utf8"
 
-	"github.com/gpuroute/gpuroute/plugin/internal/le"
+	"github.com/gpuroute/gpuroute/scoring/le"
 )
 
 // Writer is io.Writer, declared here so the package needs no io import.

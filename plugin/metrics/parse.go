@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"github.com/gpuroute/gpuroute/plugin/internal/le"
+	"github.com/gpuroute/gpuroute/scoring/le"
 )
 
 // Internal field indices, one per Names Source.

@@ -51,7 +51,7 @@ func decide(r *root, s *stream, body []byte, now int64) int {
 	best := d.Top[0]
 	s.replica = d.Index
 	s.uncached = max(req.PromptTokens-best.CachedTokens, 1)
-	s.flight = r.ledger.Dispatch(d.Index, req, s.uncached, now)
+	s.flight = r.ledger.Dispatch(d.Index, req, s.uncached, now, best.StartNanos)
 	if len(req.Chain) > 0 {
 		r.index.Record(d.Index, req.Chain)
 		r.outbox.Push(d.Index, req.Chain)

@@ -8,8 +8,8 @@ import (
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
-	"github.com/gpuroute/gpuroute/plugin/shared"
 	"github.com/gpuroute/gpuroute/plugin/proxy"
+	"github.com/gpuroute/gpuroute/plugin/shared"
 	"github.com/gpuroute/gpuroute/scoring"
 )
 

@@ -7,10 +7,10 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/gpuroute/gpuroute/plugin/config"
-	"github.com/gpuroute/gpuroute/plugin/shared"
 	"github.com/gpuroute/gpuroute/plugin/metrics"
 	"github.com/gpuroute/gpuroute/plugin/openai"
 	"github.com/gpuroute/gpuroute/plugin/proxy"
+	"github.com/gpuroute/gpuroute/plugin/shared"
 	"github.com/gpuroute/gpuroute/scoring"
 	"github.com/gpuroute/gpuroute/scoring/prefix"
 )

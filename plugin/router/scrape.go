@@ -3,8 +3,8 @@ package router
 import (
 	"strconv"
 
-	"github.com/gpuroute/gpuroute/plugin/shared"
 	"github.com/gpuroute/gpuroute/plugin/proxy"
+	"github.com/gpuroute/gpuroute/plugin/shared"
 )
 
 // scrape calls the metrics endpoint (proxy_http_call to its Envoy

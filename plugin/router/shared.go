@@ -4,9 +4,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/gpuroute/gpuroute/plugin/shared"
 	"github.com/gpuroute/gpuroute/plugin/internal/gcdrive"
 	"github.com/gpuroute/gpuroute/plugin/proxy"
+	"github.com/gpuroute/gpuroute/plugin/shared"
 	"github.com/gpuroute/gpuroute/scoring"
 	"github.com/gpuroute/gpuroute/scoring/prefix"
 )

@@ -158,7 +158,7 @@ func (s *stream) route(body []byte, truncated bool) types.Action {
 	s.expectedWaitSec = best.WaitSec
 	s.calibrate = calibrates(&r.replicas[d.Index], &best)
 	s.uncached = max(req.PromptTokens-best.CachedTokens, 1)
-	s.flight = r.ledger.Dispatch(d.Index, req, s.uncached, now)
+	s.flight = r.ledger.Dispatch(d.Index, req, s.uncached, now, best.StartNanos)
 	if s.flight != 0 {
 		r.stats.tally(r.stats.inFlight, 1)
 		r.publishWorkOn(d.Index, now)

@@ -4,7 +4,7 @@ import (
 	"math"
 	"strconv"
 
-	"github.com/gpuroute/gpuroute/plugin/internal/le"
+	"github.com/gpuroute/gpuroute/scoring/le"
 )
 
 // KeyJournal is the shared-data key of the gateway's Journal.

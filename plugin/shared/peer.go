@@ -4,8 +4,8 @@ import (
 	"math"
 	"strconv"
 
-	"github.com/gpuroute/gpuroute/plugin/internal/le"
 	"github.com/gpuroute/gpuroute/scoring"
+	"github.com/gpuroute/gpuroute/scoring/le"
 )
 
 // MaxPeerAddrLen bounds a replica address in a PeerExport: the encoding

@@ -3,7 +3,7 @@ package shared
 import (
 	"strconv"
 
-	"github.com/gpuroute/gpuroute/plugin/internal/le"
+	"github.com/gpuroute/gpuroute/scoring/le"
 )
 
 // KeyPrefixShare is the shared-data key of the PrefixShare. It names the

@@ -6,8 +6,8 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/gpuroute/gpuroute/plugin/internal/le"
 	"github.com/gpuroute/gpuroute/scoring"
+	"github.com/gpuroute/gpuroute/scoring/le"
 )
 
 // Shared-data keys (one vm_id scope; ABI.md §3.2).

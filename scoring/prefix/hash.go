@@ -2,6 +2,8 @@ package prefix
 
 import (
 	"math/bits"
+
+	"github.com/gpuroute/gpuroute/scoring/le"
 )
 
 // The hash is this package's own: a word-at-a-time multiply–rotate over
@@ -35,11 +37,11 @@ func hashBytes(seed uint64, b []byte) uint64 {
 	h := seed ^ uint64(len(b))*mixK0
 	for len(b) >= 32 {
 		// Four words per iteration: two independent lanes keep the
-		// multiplier busy (about 1.5 cycles per word on amd64).
-		w0 := le64(b)
-		w1 := le64(b[8:])
-		w2 := le64(b[16:])
-		w3 := le64(b[24:])
+		// multiplier busy.
+		w0 := le.Uint64(b, 0)
+		w1 := le.Uint64(b, 8)
+		w2 := le.Uint64(b, 16)
+		w3 := le.Uint64(b, 24)
 		a := bits.RotateLeft64((h^w0)*mixK1, 31) * mixK2
 		c := bits.RotateLeft64((w1^mixK0)*mixK2, 29) * mixK1
 		a = bits.RotateLeft64((a^w2)*mixK1, 31) * mixK2
@@ -48,7 +50,7 @@ func hashBytes(seed uint64, b []byte) uint64 {
 		b = b[32:]
 	}
 	for len(b) >= 8 {
-		h = bits.RotateLeft64((h^le64(b))*mixK1, 31) * mixK2
+		h = bits.RotateLeft64((h^le.Uint64(b, 0))*mixK1, 31) * mixK2
 		b = b[8:]
 	}
 	if len(b) > 0 {

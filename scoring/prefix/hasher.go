@@ -3,13 +3,15 @@ package prefix
 import (
 	"io"
 	"math/bits"
+
+	"github.com/gpuroute/gpuroute/scoring/le"
 )
 
 // Prefix hashing defaults.
 const (
 	// DefaultBlockChars is the default characters per block: vLLM's 16-token
-	// KV block × ~4 characters per token (DESIGN.md §2), also llm-d's
-	// 64-character prefix block.
+	// KV block × ~4 characters per token (docs/design.md "Prefix
+	// identity"), also llm-d's 64-character prefix block.
 	DefaultBlockChars = 64
 	// CharsPerToken converts characters to estimated tokens without a
 	// tokenizer (OpenAI's rule of thumb for English text).
@@ -37,15 +39,11 @@ const (
 // one adapter is still no hit for another.
 //
 // blockHash does not depend on raw_{i-1}: only the combine step is serial.
-// An earlier version fed raw_{i-1} into the block's first word, so every
-// block waited for the previous block's whole hash (about 44 cycles of
-// dependent multiplies per 64-byte block) and the hasher was latency-bound:
-// 32 KB took 5.8-6.2 µs natively and 7.1-7.4 µs under wazero, nearly the
-// same. With independent block hashes an out-of-order CPU overlaps the
-// blocks and only the combine's fmix (two multiplies) is on the chain:
-// 3.0-3.2 µs natively (now bound by the multiplier's throughput, 20
-// multiplies a block) and 5.3-5.4 µs under wazero (BenchmarkPrefixHash32KB,
-// -count 3, before and after in one session on a shared 2-core AMD EPYC).
+// Feeding raw_{i-1} into a block's hash would make every block wait for
+// the previous one's whole hash, a chain of dependent multiplies; with
+// independent block hashes an out-of-order CPU overlaps the blocks and
+// only the combine's fmix (two multiplies) is on the chain, so the hasher
+// is bound by the multiplier's throughput (BenchmarkPrefixHash32KB).
 //
 // The values are compared across VMs and gateways of the same build only;
 // a module swap that changes this function costs one round of cold prefixes
@@ -120,11 +118,9 @@ func (h *Hasher) SetSeed(model, adapter string) {
 	h.seed = Finalize(HashString(model) ^ bitsRot(HashString(adapter), 23) ^ uint64(h.blockChars))
 	h.seeded = true
 	c, s := h.chain, h.seed
-	// Eight a step: on wasm each step of a loop is a jump through the
-	// function's block dispatch, and a 32 KB prompt's 512 blocks were 499
-	// of the ~2,000 loop steps of the router benchmark's body (counted
-	// with binaryen's --log-execution); four a step took 0.59 µs under
-	// wazero, eight 0.47 µs.
+	// Eight a step: on wasm each step of a loop is a jump
+	// (docs/performance.md "Go on wasm"), and a long prompt has hundreds
+	// of blocks.
 	for len(c) >= 8 {
 		q := c[:8:8]
 		q[0], q[1], q[2], q[3] = Finalize(q[0]^s), Finalize(q[1]^s), Finalize(q[2]^s), Finalize(q[3]^s)
@@ -168,8 +164,8 @@ func (h *Hasher) Write(p []byte) (int, error) {
 }
 
 // blocks hashes whole blocks straight from p (len(p) a multiple of the
-// block size), with the chain state in locals: under wazero a call per
-// block and the fields reloaded around it cost as much as the hashing.
+// block size), with the chain state in locals: a call per block and the
+// fields reloaded around it would cost on wasm as much as the hashing.
 //
 // Each block's hash is computed without prev, so consecutive iterations
 // overlap; the only serial step is raw = Finalize(prev ^ bh). That keeps
@@ -184,12 +180,9 @@ func (h *Hasher) Write(p []byte) (int, error) {
 // first swapped block on and meet only by the same 2^-64 chance.
 //
 // The 64-byte default is blockHash written out straight (TestPrefixHasherBlocks
-// checks they agree). Measured for 32 KB: calling blockHash per block takes
-// 3.9 µs natively and 9.9 µs under wazero, blockHash's loop inlined here
-// 3.9 and 12.4 µs, the straight copy 3.0 and 5.9 µs (Go's wasm backend
-// sends every loop back-edge and call through its block dispatcher and
-// spills the lanes to its stack). The entry is keyed without a branch (a
-// select): the branch on seeded cost 10% under wazero (5.9 against 5.3 µs).
+// checks they agree): no loop back-edge or call per block, and the entry
+// keyed by a select, not a branch on seeded, the shapes the wasm compiler
+// runs fastest (docs/performance.md "Go on wasm", BenchmarkPrefixHash32KB).
 func (h *Hasher) blocks(p []byte) {
 	bc := h.blockChars
 	start := len(h.chain)
@@ -203,10 +196,10 @@ func (h *Hasher) blocks(p []byte) {
 		var bh uint64
 		if bc == 64 {
 			b := p[:64:64]
-			l0 := mixWord(mixWord(laneK0, le64(b[0:8])), le64(b[32:40]))
-			l1 := mixWord(mixWord(laneK1, le64(b[8:16])), le64(b[40:48]))
-			l2 := mixWord(mixWord(laneK2, le64(b[16:24])), le64(b[48:56]))
-			l3 := mixWord(mixWord(laneK3, le64(b[24:32])), le64(b[56:64]))
+			l0 := mixWord(mixWord(laneK0, le.Uint64(b, 0)), le.Uint64(b, 32))
+			l1 := mixWord(mixWord(laneK1, le.Uint64(b, 8)), le.Uint64(b, 40))
+			l2 := mixWord(mixWord(laneK2, le.Uint64(b, 16)), le.Uint64(b, 48))
+			l3 := mixWord(mixWord(laneK3, le.Uint64(b, 24)), le.Uint64(b, 56))
 			bh = joinLanes(l0, l1, l2, l3)
 		} else {
 			bh = blockHash(p[:bc])
@@ -252,10 +245,10 @@ func joinLanes(l0, l1, l2, l3 uint64) uint64 {
 func blockHash(b []byte) uint64 {
 	l0, l1, l2, l3 := uint64(laneK0), uint64(laneK1), uint64(laneK2), uint64(laneK3)
 	for len(b) >= 32 {
-		l0 = mixWord(l0, le64(b[0:8]))
-		l1 = mixWord(l1, le64(b[8:16]))
-		l2 = mixWord(l2, le64(b[16:24]))
-		l3 = mixWord(l3, le64(b[24:32]))
+		l0 = mixWord(l0, le.Uint64(b, 0))
+		l1 = mixWord(l1, le.Uint64(b, 8))
+		l2 = mixWord(l2, le.Uint64(b, 16))
+		l3 = mixWord(l3, le.Uint64(b, 24))
 		b = b[32:]
 	}
 	if len(b) > 0 {

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/gpuroute/gpuroute/scoring/le"
 )
 
 // TestBlockHashSpec: blockHash deals the block's little-endian words to
@@ -17,7 +19,7 @@ func TestBlockHashSpec(t *testing.T) {
 		copy(padded, b)
 		lanes := [4]uint64{laneK0, laneK1, laneK2, laneK3}
 		for j := 0; j < len(padded)/8; j++ {
-			lanes[j%4] = mixWord(lanes[j%4], le64(padded[j*8:]))
+			lanes[j%4] = mixWord(lanes[j%4], le.Uint64(padded, j*8))
 		}
 		return joinLanes(lanes[0], lanes[1], lanes[2], lanes[3])
 	}

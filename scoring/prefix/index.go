@@ -5,6 +5,8 @@ import (
 	"errors"
 	"math/bits"
 	"strconv"
+
+	"github.com/gpuroute/gpuroute/scoring/le"
 )
 
 // Index remembers which replica holds which prefix blocks, from the
@@ -41,22 +43,19 @@ type Index struct {
 	capN    []int32 // checkpoint budget per replica (0: table budget only)
 	// lists holds, per replica, the slots of its live entries (each
 	// entry's pos is its place in its list), so that a replica's eviction
-	// walks its own entries instead of the whole table: at the fleet-sized
-	// table (2^17 slots) a full-table eviction took about 1.5 ms in the
-	// wasm module, and replicas with small KV caches evict every few
-	// dozen dispatches.
+	// walks its own entries instead of the whole table, which is sized for
+	// the fleet: replicas with small KV caches evict every few dozen
+	// dispatches.
 	lists [][]int32
 	// filter has, for every live entry (h, rep), bit (rep-1)%64 set in
 	// word h&fmask: a superset, as removals leave their bits (Clear and
 	// rebuild recompute it), so Lookup skips the table where the bit is
 	// clear and answers the same. A probe for (h, rep) goes to a slot of
-	// its own (slotOf mixes rep in): a lookup that asks each of 64
-	// replicas about a prefix few of them hold touched ~256 random cache
-	// lines of a table of up to 2 MB, and missed them once several VMs'
-	// tables shared a core's caches. In plugin/router's request path under
-	// wazero (hostsim, GuestProfile by worker count) Lookup took 3.2 µs
-	// with two worker VMs and 12.6 µs with eight; 2.0 and 3.8 µs with the
-	// filter, an eighth of the table's slots in words.
+	// its own (slotOf mixes rep in): a lookup that asks each of the
+	// fleet's replicas about a prefix few of them hold touches random
+	// cache lines all over the table, which miss once several VMs' tables
+	// share a core's caches; the filter, an eighth of the table's slots in
+	// words, answers most of those probes (BenchmarkIndexLookup512x64).
 	filter []uint64
 	fmask  uint32
 }
@@ -217,8 +216,7 @@ func (x *Index) find(h uint32, rep uint16) int {
 		if e.rep == 0 {
 			return -1
 		}
-		// One test, not &&: each short-circuit is a jump through the
-		// block dispatch on wasm (see the loop of pick).
+		// One test, not && (docs/performance.md "Go on wasm").
 		if uint32(e.rep^rep)|(e.hash^h) == 0 {
 			return int(i)
 		}
@@ -397,9 +395,8 @@ func ageCut(slots []indexEntry, live func(*indexEntry) bool, clock uint32, targe
 
 // replicaEvictShare sets the batch of a replica's eviction. The engine's
 // KV cache evicts block by block; a quarter at once (as for the table)
-// made the index forget prefixes the engine still held: on the simulator's
-// shared-prefix workload 15 requests went cold to a replica while another
-// held their prefix, 2 with a thirty-second.
+// makes the index forget prefixes the engine still holds, and their
+// requests go cold to another replica.
 const replicaEvictShare = 32
 
 // cutBucket returns the first bucket to remove: whole buckets go from the
@@ -448,8 +445,7 @@ func (x *Index) Lookup(chain []uint64, out []int) {
 	// checkpoint or, before it, the last block of a shorter chain: the
 	// filter words of the first s blocks, OR-ed, have the bits of every
 	// replica that may, and only those are searched (bit b stands for
-	// replicas b, b+64, ...). Testing each replica's bit in turn cost a
-	// loop iteration per replica on wasm, for the few that hold anything.
+	// replicas b, b+64, ...), not every replica in turn.
 	var held uint64
 	for _, h := range chain[:min(s, n)] {
 		held |= filter[uint32(h>>32)&fmask]
@@ -466,11 +462,9 @@ func (x *Index) Lookup(chain []uint64, out []int) {
 			// ones), testing the first checkpoint first: a prefix lives
 			// on a few replicas of a fleet, and on each of the others
 			// this ends the search in one probe instead of
-			// log2(checkpoints), for one more on a holder
-			// (BenchmarkIndexLookup512x64, 8 of 64 replicas holding part
-			// of the chain: 19.1 -> 9.3 µs under wazero; testing the
-			// filter first, with its slice and r's bit in locals: 9.5 ->
-			// 3.9 µs, and 2.1 -> 1.3 µs under V8).
+			// log2(checkpoints), for one more on a holder. Each probe
+			// tests the filter first, with its slice and r's bit in
+			// locals (BenchmarkIndexLookup512x64).
 			lo, hi := 0, nck // answer in [lo, hi] checkpoints held
 			for mid := 1; lo < hi; mid = (lo + hi + 1) / 2 {
 				if h := uint32(chain[mid*s-1] >> 32); filter[h&fmask]&bit != 0 && x.find(h, rep) >= 0 {
@@ -510,22 +504,22 @@ func (x *Index) EncodedLen() int {
 // reinserts, so the encoding is independent of insertion history.
 func (x *Index) AppendBinary(b []byte) ([]byte, error) {
 	b = append(b, indexVersion, byte(x.cfg.Stride), byte(bits.Len32(x.mask)), 0)
-	b = appendLE16(b, uint16(x.cfg.BlockChars))
-	b = appendLE16(b, uint16(x.cfg.MaxReplicas))
-	b = appendLE32(b, uint32(x.cfg.MaxEntries))
-	b = appendLE32(b, x.clock)
+	b = le.AppendUint16(b, uint16(x.cfg.BlockChars))
+	b = le.AppendUint16(b, uint16(x.cfg.MaxReplicas))
+	b = le.AppendUint32(b, uint32(x.cfg.MaxEntries))
+	b = le.AppendUint32(b, x.clock)
 	for _, c := range x.capN {
-		b = appendLE32(b, uint32(c))
+		b = le.AppendUint32(b, uint32(c))
 	}
-	b = appendLE32(b, uint32(x.used))
+	b = le.AppendUint32(b, uint32(x.used))
 	for i := range x.slots {
 		e := &x.slots[i]
 		if e.rep == 0 || e.rep == tombRep {
 			continue
 		}
-		b = appendLE32(b, e.hash)
-		b = appendLE16(b, e.rep-1)
-		b = appendLE32(b, e.stamp)
+		b = le.AppendUint32(b, e.hash)
+		b = le.AppendUint16(b, e.rep-1)
+		b = le.AppendUint32(b, e.stamp)
 	}
 	return b, nil
 }
@@ -552,9 +546,9 @@ func (x *Index) decode(b []byte) error {
 	}
 	cfg := IndexConfig{
 		Stride:      int(b[1]),
-		BlockChars:  int(le16(b[4:])),
-		MaxReplicas: int(le16(b[6:])),
-		MaxEntries:  int(le32(b[8:])),
+		BlockChars:  int(le.Uint16(b, 4)),
+		MaxReplicas: int(le.Uint16(b, 6)),
+		MaxEntries:  int(le.Uint32(b, 8)),
 	}
 	norm := cfg
 	norm.normalize()
@@ -563,17 +557,17 @@ func (x *Index) decode(b []byte) error {
 			", block_chars " + strconv.Itoa(cfg.BlockChars) + ", max_replicas " + strconv.Itoa(cfg.MaxReplicas) +
 			", max_entries " + strconv.Itoa(cfg.MaxEntries))
 	}
-	clock := le32(b[12:])
+	clock := le.Uint32(b, 12)
 	b = b[indexHeaderLen:]
 	if len(b) < 4*cfg.MaxReplicas+4 {
 		return errors.New("scoring: prefix index truncated in replica budgets: " + strconv.Itoa(len(b)) + " bytes left")
 	}
 	x.init(cfg)
 	for i := range x.capN {
-		x.capN[i] = int32(min(le32(b[4*i:]), 1<<30))
+		x.capN[i] = int32(min(le.Uint32(b, 4*i), 1<<30))
 	}
 	b = b[4*cfg.MaxReplicas:]
-	n := le32(b)
+	n := le.Uint32(b, 0)
 	b = b[4:]
 	if uint64(n) > uint64(cfg.MaxEntries) || uint64(len(b)) != uint64(n)*indexEntryLen {
 		return errors.New("scoring: prefix index entry count " + strconv.FormatUint(uint64(n), 10) +
@@ -582,10 +576,10 @@ func (x *Index) decode(b []byte) error {
 	x.clock = clock
 	for ; len(b) >= indexEntryLen; b = b[indexEntryLen:] {
 		e := indexEntry{
-			hash:  le32(b),
-			stamp: le32(b[6:]),
+			hash:  le.Uint32(b, 0),
+			stamp: le.Uint32(b, 6),
 		}
-		r := le16(b[4:])
+		r := le.Uint16(b, 4)
 		if int(r) >= cfg.MaxReplicas {
 			return errors.New("scoring: prefix index entry replica " + strconv.Itoa(int(r)) + " >= max_replicas " + strconv.Itoa(cfg.MaxReplicas))
 		}

@@ -1,5 +1,7 @@
 package prefix
 
+import "github.com/gpuroute/gpuroute/scoring/le"
+
 // Memo remembers what writing a few long texts did to a Hasher,
 // keyed by each text's source (the encoded form it was decoded from, such
 // as a JSON string's raw contents) and by the hasher's state before it, so
@@ -7,9 +9,9 @@ package prefix
 // decoding and hashing it again. The traffic a prefix-aware router exists
 // for repeats long texts: a shared system prompt, an agent's tool manifest,
 // a RAG document, every earlier turn of a conversation. Decoding and
-// hashing those is most of a long request's parse (a 30 KB system message:
-// ~20 µs under wazero); comparing the source with the remembered copy is a
-// few, and applying the step is O(blocks).
+// hashing those is most of a long request's parse; comparing the source
+// with the remembered copy costs a fraction of it, and applying the step
+// is O(blocks) (BenchmarkMemoReplay32KB).
 //
 // A replay is exact: it leaves the hasher as writing the text would, or it
 // does nothing. It needs the source bytes equal (compared in full, not by
@@ -227,7 +229,7 @@ func (m *Memo) Replays() uint64 { return m.replays }
 // token for Recall. A parser that meets a text before it can write what
 // precedes it (a chat message's content before its role) passes over the
 // text with Match and replays it later with the token, without comparing
-// the text twice (2.8 µs for 32 KB under wazero).
+// the text twice.
 func (m *Memo) Match(rest []byte, end byte) (srcLen int, token uint64, ok bool) {
 	if len(m.steps) == 0 || len(rest) < m.minBytes {
 		return 0, 0, false
@@ -250,8 +252,8 @@ func (s *memoStep) token(i int) uint64 { return s.stamp<<8 | uint64(i+1) }
 // with the user's name, the date or a retrieved passage, often of one
 // length), so it tries a few words spread over them, then the last KB,
 // before comparing the rest from the start: comparing each from the start
-// to a difference near its end made a miss among 16 such texts cost 87 µs
-// under wazero, four times decoding one (BenchmarkMemoMissTemplated). A
+// to a difference near its end would make a miss among a memo of such
+// texts cost more than decoding one (BenchmarkMemoMissTemplated). A
 // template that varies only in the middle still costs a comparison up to
 // the difference for each text it matches that far.
 func sameSource(src, text []byte) bool {
@@ -261,7 +263,7 @@ func sameSource(src, text []byte) bool {
 	}
 	if n >= 64 {
 		for _, at := range [...]int{n - 8, n / 2 &^ 7, n / 4 &^ 7, n * 3 / 4 &^ 7} {
-			if le64(src[at:at+8]) != le64(text[at:at+8]) {
+			if le.Uint64(src, at) != le.Uint64(text, at) {
 				return false
 			}
 		}
@@ -270,41 +272,40 @@ func sameSource(src, text []byte) bool {
 	return SameBytes(src[tail:], text[tail:]) && SameBytes(src[:tail], text[:tail])
 }
 
-// SameBytes reports whether a and b are equal, 128 bytes a step: under
-// wasm bytes.Equal (and comparing strings) runs Go's byte-at-a-time
-// memequal (internal/bytealg's equal_wasm.s), which took 32.6 µs for 32 KB
-// under wazero against 2.3 µs here (2.85 µs 64 bytes a step: each step is
-// a jump through the function's block dispatch). The plugin compares
-// prompt and event bytes with it.
+// SameBytes reports whether a and b are equal, 128 bytes a step: on wasm
+// bytes.Equal (and comparing strings) runs Go's byte-at-a-time memequal
+// (internal/bytealg's equal_wasm.s), and each step of a loop is a jump
+// (docs/performance.md "Go on wasm", BenchmarkSameBytes). The plugin
+// compares prompt and event bytes with it.
 func SameBytes(a, b []byte) bool {
 	if len(a) != len(b) {
 		return false
 	}
 	for len(a) >= 128 {
 		x, y := a[:128:128], b[:128:128]
-		d := (le64(x[0:8]) ^ le64(y[0:8])) | (le64(x[8:16]) ^ le64(y[8:16])) |
-			(le64(x[16:24]) ^ le64(y[16:24])) | (le64(x[24:32]) ^ le64(y[24:32])) |
-			(le64(x[32:40]) ^ le64(y[32:40])) | (le64(x[40:48]) ^ le64(y[40:48])) |
-			(le64(x[48:56]) ^ le64(y[48:56])) | (le64(x[56:64]) ^ le64(y[56:64])) |
-			(le64(x[64:72]) ^ le64(y[64:72])) | (le64(x[72:80]) ^ le64(y[72:80])) |
-			(le64(x[80:88]) ^ le64(y[80:88])) | (le64(x[88:96]) ^ le64(y[88:96])) |
-			(le64(x[96:104]) ^ le64(y[96:104])) | (le64(x[104:112]) ^ le64(y[104:112])) |
-			(le64(x[112:120]) ^ le64(y[112:120])) | (le64(x[120:128]) ^ le64(y[120:128]))
+		d := (le.Uint64(x, 0) ^ le.Uint64(y, 0)) | (le.Uint64(x, 8) ^ le.Uint64(y, 8)) |
+			(le.Uint64(x, 16) ^ le.Uint64(y, 16)) | (le.Uint64(x, 24) ^ le.Uint64(y, 24)) |
+			(le.Uint64(x, 32) ^ le.Uint64(y, 32)) | (le.Uint64(x, 40) ^ le.Uint64(y, 40)) |
+			(le.Uint64(x, 48) ^ le.Uint64(y, 48)) | (le.Uint64(x, 56) ^ le.Uint64(y, 56)) |
+			(le.Uint64(x, 64) ^ le.Uint64(y, 64)) | (le.Uint64(x, 72) ^ le.Uint64(y, 72)) |
+			(le.Uint64(x, 80) ^ le.Uint64(y, 80)) | (le.Uint64(x, 88) ^ le.Uint64(y, 88)) |
+			(le.Uint64(x, 96) ^ le.Uint64(y, 96)) | (le.Uint64(x, 104) ^ le.Uint64(y, 104)) |
+			(le.Uint64(x, 112) ^ le.Uint64(y, 112)) | (le.Uint64(x, 120) ^ le.Uint64(y, 120))
 		if d != 0 {
 			return false
 		}
 		a, b = a[128:], b[128:]
 	}
-	// The rest by words, the last one overlapping what was compared: a
-	// byte loop over up to 63 bytes was most of comparing a streamed
-	// token event with its template (~150 bytes) under wazero.
+	// The rest by words, the last one overlapping what was compared, not
+	// by bytes: a streamed token event compared with its template is
+	// mostly rest (BenchmarkSameBytes/150).
 	if n := len(a); n >= 8 {
 		for i := 0; i < n-8; i += 8 {
-			if le64(a[i:i+8:i+8]) != le64(b[i:i+8:i+8]) {
+			if le.Uint64(a, i) != le.Uint64(b, i) {
 				return false
 			}
 		}
-		return le64(a[n-8:]) == le64(b[n-8:])
+		return le.Uint64(a, n-8) == le.Uint64(b, n-8)
 	}
 	for i := range a {
 		if a[i] != b[i] {

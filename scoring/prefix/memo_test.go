@@ -338,3 +338,22 @@ func BenchmarkMemoMissTemplated(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSameBytes compares two equal slices the sizes of SameBytes' uses
+// in the plugin: a streamed token event with its template (150 bytes) and a
+// long prompt with a remembered one (32 KB).
+func BenchmarkSameBytes(b *testing.B) {
+	for _, n := range []int{150, 32 << 10} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			x := memoText(rand.New(rand.NewPCG(uint64(n), 1)), n)
+			y := bytes.Clone(x)
+			b.SetBytes(int64(n))
+			b.ReportAllocs()
+			for b.Loop() {
+				if !SameBytes(x, y) {
+					b.Fatalf("SameBytes(x, copy of x) = false, want true")
+				}
+			}
+		})
+	}
+}

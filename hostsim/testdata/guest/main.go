@@ -4,7 +4,8 @@
 // whose callbacks run small scripts of host calls taken from the plugin
 // configuration and log each result with proxy_log, so tests can check
 // every host call at the wasm boundary. It declares its own imports and
-// exports from the spec (no SDK) and avoids fmt/os (see ABI.md §1.5).
+// exports from the spec (no SDK) and avoids fmt/os, which need host calls
+// Envoy does not provide.
 //
 // Configuration: one line per callback, "callback: cmd args; cmd args".
 // Callbacks: vm_start (from the VM configuration), configure, create,
@@ -132,14 +133,31 @@ func proxyForeign(n unsafe.Pointer, nn uint32, a unsafe.Pointer, an uint32, rp, 
 //go:wasmimport wasi_snapshot_preview1 proc_exit
 func procExit(code uint32)
 
+//go:wasmimport wasi_snapshot_preview1 clock_time_get
+func clockTimeGet(id uint32, precision uint64, ret *uint64) uint32
+
+//go:wasmimport wasi_snapshot_preview1 poll_oneoff
+func pollOneoff(in, out unsafe.Pointer, n uint32, nevents *uint32) uint32
+
 // pins keeps host-requested buffers alive until the next callback starts.
 var pins [][]byte
 
 //go:wasmexport proxy_abi_version_0_2_1
 func abiVersion() {}
 
+// allocCall, if set by "alloccall", is a host call the next
+// proxy_on_memory_allocate makes (to test V8's allow-list).
+var allocCall string
+
 //go:wasmexport proxy_on_memory_allocate
 func onAlloc(size uint32) uint32 {
+	switch allocCall {
+	case "log":
+		logInfo("in allocator")
+	case "tick":
+		proxySetTick(0)
+	}
+	allocCall = ""
 	b := make([]byte, size+1)
 	pins = append(pins, b)
 	return uint32(uintptr(unsafe.Pointer(&b[0])))
@@ -258,7 +276,7 @@ func hexs(b []byte) string {
 	return string(out)
 }
 
-// pairs builds the spec serialization from "k=v,k=v" (ABI.md §2.2).
+// pairs builds the spec serialization from "k=v,k=v".
 func pairs(s string) []byte {
 	var kv [][2]string
 	if s != "" {
@@ -434,6 +452,24 @@ func exec(ctx uint32, c cmd) (out string, ret uint32, isRet bool) {
 		return "0", 0, false
 	case "sleep":
 		time.Sleep(time.Duration(num(a[1])) * time.Millisecond)
+		return "0", 0, false
+	case "clock": // clock ID: WASI clock_time_get's errno
+		var t uint64
+		return st(clockTimeGet(num(a[1]), 0, &t)), 0, false
+	case "poll": // poll US: one relative monotonic clock subscription of US µs
+		var sub [48]byte
+		var ev [32]byte
+		sub[8] = 0  // eventtype clock
+		sub[16] = 1 // clock id monotonic
+		ns := uint64(num(a[1])) * 1000
+		for i := 0; i < 8; i++ {
+			sub[24+i] = byte(ns >> (8 * i))
+		}
+		nevents := uint32(99)
+		errno := pollOneoff(unsafe.Pointer(&sub[0]), unsafe.Pointer(&ev[0]), 1, &nevents)
+		return st(errno) + " " + st(nevents), 0, false
+	case "alloccall": // alloccall log|tick: a host call in the next allocation
+		allocCall = a[1]
 		return "0", 0, false
 	case "panic":
 		panic("guest panic on command")
