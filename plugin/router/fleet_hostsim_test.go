@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpuroute/gpuroute/hostsim"
+	"github.com/gpuroute/gpuroute/internal/longtest"
 	"github.com/gpuroute/gpuroute/plugin/shared"
 )
 
@@ -555,9 +556,7 @@ func TestWorkersShareArrivalRate(t *testing.T) {
 // Every worker decoded every new base before (114 decodes of 38 bases in
 // 5,000 requests), each ~1.9 ms of guest time.
 func TestWorkersKeepIndexAcrossRebases(t *testing.T) {
-	if testing.Short() {
-		t.Skip("3,000 requests through hostsim")
-	}
+	longtest.Skip(t) // 3,000 requests on four workers through hostsim
 	const encode, decode = "scoring_prefix.__Index_.AppendBinary", "scoring_prefix.__Index_.UnmarshalBinary"
 	probe := hostsim.NewGuestProbe([]string{encode, decode})
 	f := newBenchFleetOf(t, hostsim.Options{Probe: probe}, benchShape{workers: 4})

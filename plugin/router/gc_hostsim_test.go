@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gpuroute/gpuroute/hostsim"
+	"github.com/gpuroute/gpuroute/internal/longtest"
 )
 
 // guestMarkDone ends a collection's marking in the guest's runtime.
@@ -31,6 +32,7 @@ const (
 // the collector's background worker finish a cycle's marking, trapped here
 // in the second round (and in the drain simulation).
 func TestGCCyclesWithoutPolling(t *testing.T) {
+	longtest.Skip(t) // six configurations and 48 requests of up to 16 MiB
 	probe := hostsim.NewGuestProbe([]string{guestGCStart, guestMarkDone})
 	h, mod := wasmHost(t, hostsim.Options{Probe: probe})
 	vm, err := h.NewVM(context.Background(), mod, testVMID, nil)
@@ -93,9 +95,7 @@ func TestGCCyclesWithoutPolling(t *testing.T) {
 // warm-up went on marking through ~1,400 requests, each paying the write
 // barrier (~18 µs more than the others under wazero).
 func TestTickEndsCollection(t *testing.T) {
-	if testing.Short() {
-		t.Skip("3,000 requests through hostsim")
-	}
+	longtest.Skip(t) // 3,000 requests through hostsim
 	probe := hostsim.NewGuestProbe([]string{guestCycleStart, guestCycleEnd})
 	f := newBenchFleetOf(t, hostsim.Options{Probe: probe}, benchShape{workers: benchWorkers})
 	cycles := func() (started, ended uint64) {
