@@ -5,12 +5,11 @@ import (
 
 	"github.com/gpuroute/gpuroute/plugin/config"
 	"github.com/gpuroute/gpuroute/plugin/openai"
-	"github.com/gpuroute/gpuroute/scoring"
 )
 
 // Native tests of the request path's decision: the steps of stream.route,
-// OnHttpResponseBody and release that are not host calls (the native host
-// binding forwards to the SDK's proxytest, which allocates by design, so an
+// firstToken, count and release that are not host calls (the native host binding
+// forwards to the SDK's proxytest, which allocates by design, so an
 // allocation count through it would measure the emulator). In the module
 // the whole path, host calls included, is checked by BenchmarkVMHeap (no
 // heap growth, no GC cycle).
@@ -29,44 +28,22 @@ func newDecisionRoot(tb testing.TB) *root {
 	return r
 }
 
-// decide runs one request through the decision and its accounting as
-// route, OnHttpResponseBody and release do, minus the host calls: parse
-// and hash the body, look the chain up, pick, dispatch, record the prefix,
-// count streamed tokens, release. It returns the chosen replica.
+// decide runs one request through the request path minus the host calls:
+// the decision, the dispatch's accounting, the first token, four streamed
+// tokens and [DONE], release. It returns the chosen replica.
 func decide(r *root, s *stream, body []byte, now int64) int {
 	s.reset(r, 7)
 	s.inference, s.kind = true, openai.Chat
-	req := r.features(s, body, false)
-	for i := range r.cached {
-		r.cached[i] = 0
-	}
-	if len(req.Chain) > 0 {
-		r.index.Lookup(req.Chain, r.cached)
-	}
-	d := &r.decision
-	scoring.Pick(&r.params, req, r.replicas, r.cached, r.ledger, now, d)
+	d, req := s.decide(body, false, now)
 	if d.Index < 0 {
 		return -1
 	}
-	best := d.Top[0]
-	s.replica = d.Index
-	s.uncached = max(req.PromptTokens-best.CachedTokens, 1)
-	s.flight = r.ledger.Dispatch(d.Index, req, s.uncached, now, best.StartNanos)
-	if len(req.Chain) > 0 {
-		r.index.Record(d.Index, req.Chain)
-		r.outbox.Push(d.Index, req.Chain)
-	}
-	s.liveAt = len(r.vm.live)
-	r.vm.live = append(r.vm.live, s)
-	r.ledger.FirstToken(s.flight)
+	s.dispatch(d, req, now)
+	s.firstToken(now)
 	for range 4 {
-		before := s.counter.Tokens()
-		_, _ = s.counter.Write(sseChunk)
-		if n := s.counter.Tokens() - before; n > 0 {
-			r.ledger.Progress(s.flight, int(n))
-		}
+		s.count(sseChunk, false)
 	}
-	_, _ = s.counter.Write(sseDone)
+	s.count(sseDone, true)
 	s.responseDone = true
 	s.release()
 	return d.Index
@@ -134,7 +111,7 @@ func TestResolveModel(t *testing.T) {
 		{"sql-lora", "meta-llama/Llama-3.1-8B-Instruct", "sql-lora"},
 	}
 	for i, tt := range tests {
-		if base, adapter := r.resolveModel([]byte(tt.model)); base != tt.base || adapter != tt.adapter {
+		if base, adapter := r.features.resolveModel([]byte(tt.model)); base != tt.base || adapter != tt.adapter {
 			t.Fatalf("request %d: resolveModel(%q) = %q, %q; want %q, %q", i, tt.model, base, adapter, tt.base, tt.adapter)
 		}
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/gpuroute/gpuroute/scoring/le"
 )
 
-// Shared-data keys (one vm_id scope; ABI.md §3.2).
+// Shared-data keys (one vm_id scope; docs/abi.md "Envoy behaviour").
 const (
 	// KeySnapshot holds the leader's encoded Snapshot.
 	KeySnapshot = "gpuroute/fleet"
@@ -21,6 +21,9 @@ const (
 	WorkKeyPrefix = "gpuroute/work/"
 	// WorkKeyLen is the length of every work key.
 	WorkKeyLen = len(WorkKeyPrefix) + 16
+	// KeyRemoteWork holds the scrape leader's sum of the peer gateways'
+	// in-flight work (a WorkRecord) for the other workers of its gateway.
+	KeyRemoteWork = "gpuroute/remote-work"
 )
 
 // AppendWorkKey appends worker's work-record key, WorkKeyPrefix followed by
