@@ -128,7 +128,6 @@ func appendAdapters(dst *[]Adapter, b []byte, sp span) bool {
 	raw := b[sp.start:sp.end]
 	clean := true
 	var a Adapter
-	a.Hash = fnvOffset64
 	n := 0 // decoded bytes of the current name
 	flush := func() {
 		if n == 0 {
@@ -139,7 +138,7 @@ func appendAdapters(dst *[]Adapter, b []byte, sp span) bool {
 		} else {
 			*dst = append(*dst, a)
 		}
-		a = Adapter{Hash: fnvOffset64}
+		a = Adapter{}
 		n = 0
 	}
 	for i := 0; i < len(raw); i++ {
@@ -152,7 +151,6 @@ func appendAdapters(dst *[]Adapter, b []byte, sp span) bool {
 			i++
 			c = unescape(raw[i])
 		}
-		a.Hash = (a.Hash ^ uint64(c)) * fnvPrime64
 		if int(a.n) < AdapterNameCap {
 			a.b[a.n] = c
 			a.n++

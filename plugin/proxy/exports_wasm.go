@@ -4,7 +4,7 @@ package proxy
 
 import "unsafe"
 
-// Guest exports (ABI.md §2.3, spec v0.2.1 "Functions exposed by the Wasm
+// Guest exports (docs/abi.md "proxy-wasm ABI v0.2.1", spec v0.2.1 "Functions exposed by the Wasm
 // module"). Each one but proxy_on_memory_allocate recovers: on panic it
 // logs and counts (recovered) and returns the default given in its comment.
 // Names are the wire names.

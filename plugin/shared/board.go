@@ -103,13 +103,6 @@ func (b *Board) Update(worker uint64, cas uint32, value []byte) error {
 	return nil
 }
 
-// Remove drops worker's record.
-func (b *Board) Remove(worker uint64) {
-	if i := b.find(worker); i >= 0 {
-		b.drop(i)
-	}
-}
-
 // drop removes peer i by swapping the last peer into its place, keeping the
 // removed record's Work slice beyond len for reuse.
 func (b *Board) drop(i int) {
@@ -243,7 +236,7 @@ func (b *Board) markDirty(j int) {
 }
 
 // Record returns the stored record of worker, or nil. It aliases the board
-// until the next Update, Remove or Retain.
+// until the next Update or Retain.
 func (b *Board) Record(worker uint64) *WorkRecord {
 	if i := b.find(worker); i >= 0 {
 		return &b.peers[i].rec

@@ -96,9 +96,9 @@ func TestBoardUpdate(t *testing.T) {
 	if b.Len() != 1 || b.Record(4) == nil {
 		t.Fatalf("Retain([4 9]): Len %d, has 4 = %v; want 1, true", b.Len(), b.Record(4) != nil)
 	}
-	b.Remove(4)
+	b.Retain(nil)
 	if b.Len() != 0 {
-		t.Fatalf("Remove(4): Len %d, want 0", b.Len())
+		t.Fatalf("Retain(nil): Len %d, want 0", b.Len())
 	}
 	// Steady state: known peers, same size, new CAS each tick: no allocation.
 	for id := uint64(2); id < 6; id++ {
