@@ -10,9 +10,9 @@ import (
 )
 
 // indexNL returns the index of the first newline in b at or after from, or
-// -1. bytes.IndexByte is internal/bytealg's assembly on wasm too: 5.5x
-// faster under wazero than a Go loop over the bytes (a 66 KB page's lines:
-// 30 against 168 µs).
+// -1. bytes.IndexByte is internal/bytealg's assembly on wasm too, far
+// faster than a Go loop over the bytes (docs/performance.md "Go on
+// wasm").
 func indexNL(b []byte, from int) int {
 	if i := bytes.IndexByte(b[from:], '\n'); i >= 0 {
 		return from + i
@@ -59,8 +59,8 @@ func quoted(b []byte, i, end int) (sp span, next int, ok bool) {
 	var high uint64 // the bytes seen, ORed: UTF-8 is checked only past ASCII
 	for i < end {
 		// Eight bytes a step to the next quote or backslash: a label
-		// value is a model name or a path, and a loop iteration per byte
-		// is a jump through the function's block dispatch on wasm.
+		// value is a model name or a path (docs/performance.md "Go on
+		// wasm").
 		for i+8 <= end {
 			x := le.Uint64(b, i)
 			high |= x
@@ -132,10 +132,10 @@ func rawEqual(b []byte, sp span, want string) bool {
 	return j == len(want)
 }
 
-// sameString reports whether raw holds want's bytes, eight a step: on wasm
-// comparing strings runs the runtime's byte loop (internal/bytealg's
-// equal_wasm.s), and a matched line compares its name and labels with the
-// names read.
+// sameString reports whether raw holds want's bytes, eight a step: a
+// matched line compares its name and labels with the names read, and on
+// wasm comparing strings runs the runtime's byte loop (docs/performance.md
+// "Go on wasm").
 func sameString(raw []byte, want string) bool {
 	n := len(want)
 	if len(raw) != n {

@@ -91,8 +91,8 @@ type Parser struct {
 	nslots int
 	// unlabeled has bit k set when slot k selects no label: a line of its
 	// metric feeds it whatever its labels. The per-line loops visit the
-	// bits of a line's slots, not every slot: a loop iteration is a jump
-	// through the function's block dispatch on wasm (see quoted).
+	// bits of a line's slots, not every slot (docs/performance.md "Go on
+	// wasm").
 	unlabeled uint64
 	// byLength[n] has bit k set when slot k's metric name is n bytes
 	// long, and readsCfg / readsLoRA for the info metrics' names.
