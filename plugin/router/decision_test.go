@@ -5,11 +5,12 @@ import (
 
 	"github.com/gpuroute/gpuroute/plugin/config"
 	"github.com/gpuroute/gpuroute/plugin/openai"
+	"github.com/gpuroute/gpuroute/scoring"
 )
 
 // Native tests of the request path's decision: the steps of stream.route,
-// firstToken, count and release that are not host calls (the native host binding
-// forwards to the SDK's proxytest, which allocates by design, so an
+// OnHttpResponseBody and release that are not host calls (the native host
+// binding forwards to the SDK's proxytest, which allocates by design, so an
 // allocation count through it would measure the emulator). In the module
 // the whole path, host calls included, is checked by BenchmarkVMHeap (no
 // heap growth, no GC cycle).
@@ -29,21 +30,29 @@ func newDecisionRoot(tb testing.TB) *root {
 }
 
 // decide runs one request through the request path minus the host calls:
-// the decision, the dispatch's accounting, the first token, four streamed
-// tokens and [DONE], release. It returns the chosen replica.
+// the steps of stream.route but the header, the first token, four
+// streamed tokens and [DONE] as OnHttpResponseBody counts them, release.
+// It returns the chosen replica.
 func decide(r *root, s *stream, body []byte, now int64) int {
 	s.reset(r, 7)
 	s.inference, s.kind = true, openai.Chat
-	d, req := s.decide(body, false, now)
+	parsed := r.features.parse(s.kind, body, false)
+	req := r.features.of(parsed, true)
+	replicas, cached := r.view.forRequest(req, now)
+	d := &r.decision
+	scoring.Pick(&r.params, req, replicas, cached, r.ledger, now, d)
 	if d.Index < 0 {
 		return -1
 	}
 	s.dispatch(d, req, now)
 	s.firstToken(now)
-	for range 4 {
-		s.count(sseChunk, false)
+	for _, chunk := range [][]byte{sseChunk, sseChunk, sseChunk, sseChunk, sseDone} {
+		before := s.counter.Tokens()
+		_, _ = s.counter.Write(chunk)
+		if n := s.counter.Tokens() - before; n > 0 {
+			r.ledger.Progress(s.flight, int(n))
+		}
 	}
-	s.count(sseDone, true)
 	s.responseDone = true
 	s.release()
 	return d.Index

@@ -121,8 +121,9 @@ func (h *health) evidence(i int) int64 { return h.verdicts[i].evidenceNanos }
 
 // sync reads the shared passive state when another worker changed it, and
 // reports whether it did: the caller then judges every replica again
-// (presentAll). With nothing changed it costs one host call returning a
-// few bytes.
+// (presentAll), so a decision never uses state older than the last failure
+// any worker saw. With nothing changed it costs one host call returning a
+// few bytes, and no clock read.
 func (h *health) sync() (changed bool) {
 	if !h.passiveOn() {
 		return false
@@ -142,15 +143,6 @@ func (h *health) sync() (changed bool) {
 	h.cas = cas
 	shared.DecodeSuspects(v, h.configID, h.entries)
 	return true
-}
-
-// syncAndPresent judges every replica again when another worker changed
-// the shared passive state, so a decision never uses state older than the
-// last failure any worker saw; it reads the clock only then.
-func (h *health) syncAndPresent() {
-	if h.sync() {
-		h.presentAll(proxy.NowNanos())
-	}
 }
 
 // update applies f to replica i's shared entry with a compare-and-swap

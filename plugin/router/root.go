@@ -256,7 +256,9 @@ func (r *root) NewHttpContext(contextID uint32) types.HttpContext {
 	s.reset(r, contextID)
 	// Before the stream's decision: another worker may have just ejected a
 	// replica (a client's re-send comes through any worker).
-	r.health.syncAndPresent()
+	if r.health.sync() {
+		r.health.presentAll(proxy.NowNanos())
+	}
 	return s
 }
 

@@ -112,31 +112,24 @@ func (s *stream) OnHttpRequestTrailers(int) types.Action {
 	return s.route(body, false)
 }
 
-// route decides where the request goes and sends it there: the decision
-// (decide), then the destination header or a local reply (header), then
-// the dispatch's accounting.
+// route decides where the request goes and sends it there, in order:
+// parse the body (nil: none), derive the request's features, build Pick's
+// input (the view), Pick, then write the destination header (or answer
+// locally) and account for the dispatch.
 func (s *stream) route(body []byte, truncated bool) types.Action {
 	r := s.root
 	s.decided = true
 	now := proxy.NowNanos()
-	d, req := s.decide(body, truncated, now)
+	parsed := r.features.parse(s.kind, body, truncated)
+	req := r.features.of(parsed, body != nil || s.inference)
+	replicas, cached := r.view.forRequest(req, now)
+	d := &r.decision
+	scoring.Pick(&r.params, req, replicas, cached, r.ledger, now, d)
 	if action, ok := r.header(d); !ok {
 		return action
 	}
 	s.dispatch(d, req, now)
 	return types.ActionContinue
-}
-
-// decide takes the decision in four steps: parse the body (nil: none),
-// derive the request's features, build Pick's input, Pick. The results
-// are the root's, valid until the next decision.
-func (s *stream) decide(body []byte, truncated bool, now int64) (*scoring.Decision, *scoring.Request) {
-	r := s.root
-	parsed := r.features.parse(s.kind, body, truncated)
-	req := r.features.of(parsed, body != nil || s.inference)
-	replicas, cached := r.view.forRequest(req, now)
-	scoring.Pick(&r.params, req, replicas, cached, r.ledger, now, &r.decision)
-	return &r.decision, req
 }
 
 // dispatch accounts for a request sent where d says: the ledger's flight,
@@ -185,7 +178,9 @@ func (s *stream) OnHttpResponseHeaders(_ int, endOfStream bool) types.Action {
 }
 
 // OnHttpResponseBody learns from the answer: the first body bytes mark the
-// first token (firstToken), each chunk's tokens the output so far (count).
+// first token (firstToken); a streamed chunk's tokens decay the request's
+// remaining-output estimate, a whole response's usage gives its output
+// length.
 func (s *stream) OnHttpResponseBody(bodySize int, endOfStream bool) types.Action {
 	if s.flight == 0 {
 		return types.ActionContinue
@@ -194,8 +189,19 @@ func (s *stream) OnHttpResponseBody(bodySize int, endOfStream bool) types.Action
 		s.firstToken(proxy.NowNanos())
 	}
 	if bodySize > 0 {
-		if chunk, err := proxy.GetBufferBytes(proxy.BufferTypeHttpResponseBody, 0, uint32(bodySize)); err == nil {
-			s.count(chunk, endOfStream)
+		chunk, err := proxy.GetBufferBytes(proxy.BufferTypeHttpResponseBody, 0, uint32(bodySize))
+		if err == nil {
+			if s.streaming {
+				before := s.counter.Tokens()
+				_, _ = s.counter.Write(chunk)
+				if d := s.counter.Tokens() - before; d > 0 {
+					s.root.ledger.Progress(s.flight, int(d))
+				}
+			} else if endOfStream {
+				if u, ok := openai.ParseUsage(chunk); ok {
+					s.counter.UsageCompletionTokens, s.counter.HasUsage = u.CompletionTokens, true
+				}
+			}
 		}
 	}
 	if endOfStream {
@@ -216,23 +222,6 @@ func (s *stream) firstToken(now int64) {
 	}
 	r.ledger.FirstTokenAt(s.flight, now)
 	r.work.publishOn(i, now)
-}
-
-// count takes a response body chunk's output tokens: a streamed chunk's
-// decay the request's remaining-output estimate, a whole response's usage
-// gives its output length.
-func (s *stream) count(chunk []byte, endOfStream bool) {
-	if s.streaming {
-		before := s.counter.Tokens()
-		_, _ = s.counter.Write(chunk)
-		if d := s.counter.Tokens() - before; d > 0 {
-			s.root.ledger.Progress(s.flight, int(d))
-		}
-	} else if endOfStream {
-		if u, ok := openai.ParseUsage(chunk); ok {
-			s.counter.UsageCompletionTokens, s.counter.HasUsage = u.CompletionTokens, true
-		}
-	}
 }
 
 // OnHttpStreamDone releases the request's accounting exactly once: a

@@ -105,7 +105,9 @@ func (v *replicaView) sync() []scoring.Replica {
 // where req's adapter was sent (req.AdapterRecent), and the in-flight work
 // of the other workers and gateways.
 func (v *replicaView) forRequest(req *scoring.Request, now int64) (replicas []scoring.Replica, cached []int) {
-	replicas = v.sync()
+	if v.scrape.figuresGen != v.figuresGen || v.health.gen != v.healthGen || len(v.calib.changed) > 0 {
+		v.sync()
+	}
 	for i := range v.cached {
 		v.cached[i] = 0
 	}
@@ -125,7 +127,7 @@ func (v *replicaView) forRequest(req *scoring.Request, now int64) (replicas []sc
 		req.AdapterRecent = v.adapterRecent
 	}
 	v.gatherPeerWork(now)
-	return replicas, v.cached
+	return v.replicas, v.cached
 }
 
 // gatherPeerWork sets each replica's PeerWork to the other workers' work
@@ -150,7 +152,8 @@ func (v *replicaView) gatherPeerWork(now int64) {
 	if local {
 		var every bool
 		var workers float64
-		sum, changed, every, workers = v.work.gather(now, len(v.replicas))
+		v.work.readBoard()
+		sum, changed, every, workers = v.work.board.Gather(m.worker, now, v.work.ttl, len(v.replicas))
 		all = all || every
 		rate += workers
 	}

@@ -12,8 +12,8 @@ import (
 // each publishes its ledger's work per replica under its own key (a
 // shared.WorkRecord) and reads the others' into a shared.Board. It owns
 // this worker's record and the board. The view adds the board's sums to
-// each replica's PeerWork before a decision (gather); the peer exchange
-// exports this gateway's total (gatewayWork).
+// each replica's PeerWork before a decision (readBoard, then the board's
+// Gather); the peer exchange exports this gateway's total (gatewayWork).
 type workShare struct {
 	ledger  *scoring.Ledger
 	members *membership
@@ -120,14 +120,6 @@ func (w *workShare) retain() {
 	if w.members.readRegistry() {
 		w.board.Retain(w.members.registry.Workers)
 	}
-}
-
-// gather returns the other workers' work summed per replica and which
-// entries changed since the last call (shared.Board.Gather), reading the
-// records whose CAS changed first.
-func (w *workShare) gather(now int64, n int) (sum []scoring.Work, changed []int, all bool, perSec float64) {
-	w.readBoard()
-	return w.board.Gather(w.members.worker, now, w.ttl, n)
 }
 
 // gatewayWork sets dst to this gateway's own in-flight work per replica,
