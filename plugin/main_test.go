@@ -7,9 +7,9 @@ import (
 	"testing"
 )
 
-// forbidden lists packages the wasm module must not link (common rules; ABI.md
-// §1.5: fmt/os/log drag in os file setup and netpoll, which dies with
-// "poll_oneoff failed" in Envoy before proxy-wasm-cpp-host PR #533; reflect,
+// forbidden lists packages the wasm module must not link (docs/abi.md "Envoy
+// behaviour", WASI: fmt/os/log drag in os file setup and netpoll, which dies
+// with "poll_oneoff failed" in Envoy before proxy-wasm-cpp-host PR #533; reflect,
 // encoding/json and regexp are heavy on the request path). The time package
 // is allowed: time.Now and Duration are a clock_time_get call and an integer;
 // what the module must avoid is sleeping or timers, which park the runtime in

@@ -6,7 +6,7 @@ import (
 
 // TestParseAllocs holds the scrape path to zero allocations in steady state
 // (a reused Parser and Sample): in the wasm VM every allocation brings the GC
-// closer, and the GC must rarely run (DESIGN.md §4).
+// closer, and the GC must rarely run (docs/performance.md "Go on wasm").
 func TestParseAllocs(t *testing.T) {
 	tests := []struct {
 		name   string

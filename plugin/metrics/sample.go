@@ -44,12 +44,12 @@ const (
 	// Nothing in the Sample is usable.
 	ProblemNoSamples
 	// ProblemAdapterOverflow: an adapter list had more than MaxAdapterList
-	// names, or a name longer than AdapterNameCap bytes (hash still exact).
+	// names, or a name longer than AdapterNameCap bytes.
 	ProblemAdapterOverflow
 )
 
 // AdapterNameCap is how many bytes of an adapter name an Adapter keeps; longer
-// names keep their exact Hash and a truncated Name.
+// names are truncated (Adapter.Truncated).
 const AdapterNameCap = 56
 
 // MaxAdapterList bounds each adapter list in a Sample, so a hostile or broken
@@ -59,12 +59,9 @@ const MaxAdapterList = 64
 // Adapter is one LoRA adapter name from lora_requests_info, stored inline so a
 // reused slice of them costs no allocation.
 type Adapter struct {
-	// Hash is HashName of the full, unescaped name: compare it with
-	// HashString(requestModel) to test residency without touching bytes.
-	Hash uint64
-	n    uint8 // bytes stored in b
-	cut  bool  // name was longer than AdapterNameCap
-	b    [AdapterNameCap]byte
+	n   uint8 // bytes stored in b
+	cut bool  // name was longer than AdapterNameCap
+	b   [AdapterNameCap]byte
 }
 
 // Name returns the stored (possibly truncated) name bytes; they alias a and
@@ -76,32 +73,6 @@ func (a *Adapter) Truncated() bool { return a.cut }
 
 // String returns the stored name (allocates; for logs and tests).
 func (a Adapter) String() string { return string(a.b[:a.n]) }
-
-// FNV-1a 64-bit parameters (Fowler/Noll/Vo, IETF draft-eastlake-fnv): a cheap,
-// well-distributed, allocation-free hash the request path can compute on the
-// OpenAI "model" field to match against Adapter.Hash.
-const (
-	fnvOffset64 uint64 = 14695981039346656037
-	fnvPrime64  uint64 = 1099511628211
-)
-
-// HashName is the hash Adapter.Hash uses (FNV-1a, 64-bit).
-func HashName(b []byte) uint64 {
-	h := fnvOffset64
-	for _, c := range b {
-		h = (h ^ uint64(c)) * fnvPrime64
-	}
-	return h
-}
-
-// HashString is HashName for a string, without converting it.
-func HashString(s string) uint64 {
-	h := fnvOffset64
-	for i := 0; i < len(s); i++ {
-		h = (h ^ uint64(s[i])) * fnvPrime64
-	}
-	return h
-}
 
 // Sample is one replica's state from one scrape. Counts are whole requests or
 // tokens; cumulative counters stay float64 as exposed (they exceed 2^31 and are

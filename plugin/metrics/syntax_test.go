@@ -174,9 +174,8 @@ func TestParseLongLine(t *testing.T) {
 		t.Fatalf("Parse(1 MiB label): waiting %d adapters %d, want 3 and 1", s.Waiting, len(s.RunningAdapters))
 	}
 	a := &s.RunningAdapters[0]
-	if !a.Truncated() || len(a.Name()) != AdapterNameCap || a.Hash != HashString(long) {
-		t.Errorf("long adapter: truncated %v len %d hash %x, want true %d %x",
-			a.Truncated(), len(a.Name()), a.Hash, AdapterNameCap, HashString(long))
+	if !a.Truncated() || string(a.Name()) != long[:AdapterNameCap] {
+		t.Errorf("long adapter: truncated %v name %q, want true %q", a.Truncated(), a.Name(), long[:AdapterNameCap])
 	}
 	if s.Problems&ProblemAdapterOverflow == 0 {
 		t.Errorf("long adapter: Problems = %b, want ProblemAdapterOverflow", s.Problems)
@@ -198,13 +197,13 @@ func TestParseAdapterOverflow(t *testing.T) {
 	}
 }
 
-func TestAdapterHashMatchesRequestModel(t *testing.T) {
+func TestFixtureWaitingAdapters(t *testing.T) {
 	p := mustParser(t, EngineVLLM)
 	var s Sample
 	_ = p.Parse(readFixture(t, fxVLLMSim), &s)
 	for i, want := range []string{"lora5", "lora6"} {
-		if got := s.WaitingAdapters[i].Hash; got != HashString(want) || got != HashName([]byte(want)) {
-			t.Errorf("WaitingAdapters[%d].Hash = %x, want HashString(%q) = %x", i, got, want, HashString(want))
+		if got := s.WaitingAdapters[i].String(); got != want {
+			t.Errorf("Parse(%s).WaitingAdapters[%d] = %q, want %q", fxVLLMSim, i, got, want)
 		}
 	}
 }

@@ -26,7 +26,7 @@ const (
 	arenaChunkBytes     = 64 << 10
 	arenaMaxRetainBytes = 4 << 20
 	// arenaMaxAllocBytes bounds one request from the host. Envoy caps guest
-	// memory at 1 GiB (ABI.md §3.2); beyond this we answer 0 (failure) instead
+	// memory at 1 GiB (docs/abi.md "Envoy behaviour"); beyond this we answer 0 (failure) instead
 	// of letting the runtime abort on out-of-memory.
 	arenaMaxAllocBytes = 256 << 20
 	arenaAlign         = 8

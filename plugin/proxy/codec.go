@@ -5,7 +5,7 @@ import (
 	"strconv"
 )
 
-// Header map serialization, spec v0.2.1 "Serialization" (ABI.md §2.2): all
+// Header map serialization, spec v0.2.1 "Serialization" (docs/abi.md "proxy-wasm ABI v0.2.1"): all
 // integers u32 little-endian,
 //
 //	u32 N, then N × (u32 key_len, u32 val_len), then per pair: key, 0x00, value, 0x00
@@ -174,7 +174,7 @@ func pairsCountError(n, size int) error {
 }
 
 // AppendPropertyPath appends the proxy_get_property path encoding of segments
-// (segments joined by NUL, no trailing NUL; ABI.md §2.4, as Envoy splits it) to
+// (segments joined by NUL, no trailing NUL; as Envoy splits it) to
 // dst.
 func AppendPropertyPath(dst []byte, segments []string) []byte {
 	for i, s := range segments {
@@ -187,7 +187,7 @@ func AppendPropertyPath(dst []byte, segments []string) []byte {
 }
 
 // le32 and putLE32 are little-endian u32 access. Not encoding/binary: it
-// imports reflect, which the wasm module must not link (STYLE.md 23).
+// imports reflect, which the wasm module must not link (plugin/main_test.go).
 func le32(b []byte) uint32 {
 	_ = b[3]
 	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24

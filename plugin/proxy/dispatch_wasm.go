@@ -4,7 +4,7 @@ package proxy
 
 import "github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
-// The proxy_action_t values the exports return (ABI.md §2.1; only 0/1 are used).
+// The proxy_action_t values the exports return (docs/abi.md "proxy-wasm ABI v0.2.1"; only 0/1 are used).
 const (
 	actionContinue uint32 = 0
 	actionPause    uint32 = 1

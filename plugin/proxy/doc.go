@@ -12,9 +12,9 @@
 //
 // Why a binding of our own: the Go module proxy serves the SDK only at v0.24.0,
 // whose host calls exist for TinyGo only (`//go:build tinygo`). This package is
-// written from the spec (github.com/proxy-wasm/spec, abi-versions/v0.2.1) and
-// /work/shared/ABI.md; if an SDK release for the standard toolchain appears, it is
-// the one package to delete.
+// written from the spec (github.com/proxy-wasm/spec, abi-versions/v0.2.1; what
+// we rely on is in docs/abi.md "proxy-wasm ABI v0.2.1"); if an SDK release for
+// the standard toolchain appears, it is the one package to delete.
 //
 // Two builds, one API. Under wasip1 the functions call the host through
 // `//go:wasmimport env proxy_*` and the callbacks arrive through `//go:wasmexport`.

@@ -1,6 +1,6 @@
 package proxy
 
-// LogLevel is proxy_log_level_t (ABI.md §2.1).
+// LogLevel is proxy_log_level_t (docs/abi.md "proxy-wasm ABI v0.2.1").
 type LogLevel uint32
 
 // Log levels.
@@ -13,7 +13,7 @@ const (
 	LogLevelCritical LogLevel = 5
 )
 
-// BufferType is proxy_buffer_type_t (ABI.md §2.1).
+// BufferType is proxy_buffer_type_t (docs/abi.md "proxy-wasm ABI v0.2.1").
 type BufferType uint32
 
 // Buffer types.
@@ -29,7 +29,7 @@ const (
 	BufferTypeForeignFunctionArguments BufferType = 8
 )
 
-// MapType is proxy_map_type_t (ABI.md §2.1).
+// MapType is proxy_map_type_t (docs/abi.md "proxy-wasm ABI v0.2.1").
 type MapType uint32
 
 // Map types.
@@ -44,7 +44,7 @@ const (
 	MapTypeHttpCallResponseTrailers MapType = 7
 )
 
-// StreamType is proxy_stream_type_t (ABI.md §2.1).
+// StreamType is proxy_stream_type_t (docs/abi.md "proxy-wasm ABI v0.2.1").
 type StreamType uint32
 
 // Stream types.
@@ -55,7 +55,7 @@ const (
 	StreamTypeUpstream     StreamType = 3
 )
 
-// MetricType is proxy_metric_type_t (ABI.md §2.1).
+// MetricType is proxy_metric_type_t (docs/abi.md "proxy-wasm ABI v0.2.1").
 type MetricType uint32
 
 // Metric types.
@@ -66,8 +66,8 @@ const (
 )
 
 // NoGrpcStatus is the grpc_status argument of SendLocalResponse for a plain HTTP
-// reply (-1, i.e. 0xFFFFFFFF on the wire; ABI.md §2.4 marks it [unverified]; the
-// SDK documents the same value).
+// reply (-1, i.e. 0xFFFFFFFF on the wire; the SDK documents
+// the same value).
 const NoGrpcStatus int32 = -1
 
 // PanicsMetricName is the counter every recovered panic increments.

@@ -4,7 +4,7 @@ package proxy
 
 import "unsafe"
 
-// Guest exports (ABI.md §2.3, spec v0.2.1 "Functions exposed by the Wasm
+// Guest exports (docs/abi.md "proxy-wasm ABI v0.2.1", spec v0.2.1 "Functions exposed by the Wasm
 // module"). Each one but proxy_on_memory_allocate recovers: on panic it
 // logs and counts (recovered) and returns the default given in its comment.
 // Names are the wire names.
@@ -37,9 +37,8 @@ func proxyABIVersion() {}
 // request. It is the one export without a recover: it runs no plugin code,
 // arena.alloc bounds every index it takes, and the one failure left, the
 // runtime running out of memory, is fatal rather than a panic, so a
-// recover would never run; the deferred call cost 40-120 ns on each of the
-// ~10 calls of a request (paired benchmark, three runs: -0.4, -0.7 and
-// -1.2 µs at the median).
+// recover would never run, and the deferred call would cost every one of
+// a request's calls (BenchmarkRequestPathPaired64).
 //
 //go:wasmexport proxy_on_memory_allocate
 func proxyOnMemoryAllocate(size uint32) (ptr unsafe.Pointer) {

@@ -162,7 +162,7 @@ func GetVMConfiguration() ([]byte, error) {
 	return b, sdkErr(err)
 }
 
-// GetHeaderMapPairs returns the serialized map (ABI.md §2.2) in arena memory;
+// GetHeaderMapPairs returns the serialized map (docs/abi.md "proxy-wasm ABI v0.2.1") in arena memory;
 // decode it with VisitPairs or DecodePairs without allocating.
 func GetHeaderMapPairs(mt MapType) ([]byte, error) {
 	m, err := GetHeaderMap(mt)
@@ -365,7 +365,7 @@ func GetSharedData(key string) ([]byte, uint32, error) {
 
 // SetSharedData stores value under key. cas 0 is unconditional; otherwise it must
 // equal the key's current CAS or ErrCASMismatch is returned. Envoy ignores cas
-// when the key is missing (ABI.md §3.2).
+// when the key is missing (docs/abi.md "Envoy behaviour").
 func SetSharedData(key string, value []byte, cas uint32) error {
 	return sdkErr(proxywasm.SetSharedData(key, value, cas))
 }

@@ -101,7 +101,7 @@ func GetVMConfiguration() ([]byte, error) {
 	return GetBufferBytes(BufferTypeVMConfiguration, 0, wholeBuffer)
 }
 
-// GetHeaderMapPairs returns the serialized map (ABI.md §2.2) in arena memory;
+// GetHeaderMapPairs returns the serialized map (docs/abi.md "proxy-wasm ABI v0.2.1") in arena memory;
 // decode it with VisitPairs or DecodePairs without allocating.
 func GetHeaderMapPairs(mt MapType) ([]byte, error) {
 	var ptr, size uint32
@@ -239,7 +239,7 @@ func GetSharedData(key string) ([]byte, uint32, error) {
 
 // SetSharedData stores value under key. cas 0 is unconditional; otherwise it must
 // equal the key's current CAS or ErrCASMismatch is returned. Envoy ignores cas
-// when the key is missing (ABI.md §3.2).
+// when the key is missing (docs/abi.md "Envoy behaviour").
 func SetSharedData(key string, value []byte, cas uint32) error {
 	kp, kn := strArg(key)
 	vp, vn := bytesArg(value)

@@ -2,12 +2,12 @@ package proxy
 
 // idTable maps the host's context ids to per-context state: open addressing
 // over a power-of-two array with linear probing and backward-shift deletion,
-// so that a lookup is a multiply and a few compares. The exports looked up
-// their stream in a Go map about ten times a request; under wazero each
-// lookup hashed the id through the runtime's map code. Id 0 (the VM's
-// context) is never stored. The zero idTable is empty and ready to use; it
-// grows by doubling, never shrinks, and is not safe for concurrent use (one
-// per VM).
+// so that a lookup is a multiply and a few compares, where a Go map hashes
+// the id through the runtime's map code (the exports look a stream up
+// about ten times a request; docs/performance.md "Go on wasm"). Id 0 (the
+// VM's context) is never stored. The zero idTable is empty and ready to
+// use; it grows by doubling, never shrinks, and is not safe for concurrent
+// use (one per VM).
 type idTable[V any] struct {
 	keys  []uint32 // 0: empty slot
 	vals  []V

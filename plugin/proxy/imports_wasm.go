@@ -4,7 +4,7 @@ package proxy
 
 import "unsafe"
 
-// Host functions, module "env" (ABI.md §2.4; spec abi-versions/v0.2.1 "Functions
+// Host functions, module "env" (docs/abi.md "proxy-wasm ABI v0.2.1"; spec abi-versions/v0.2.1 "Functions
 // implemented in the host environment"). Every one returns proxy_status_t. Only
 // wasm-representable types cross: pointers are i32 offsets (unsafe.Pointer or
 // *uint32 for ret_* out-parameters the host writes little-endian), sizes u32,

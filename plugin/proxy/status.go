@@ -2,7 +2,7 @@ package proxy
 
 import "strconv"
 
-// Status is a proxy_status_t returned by every host call (ABI.md §2.1, spec
+// Status is a proxy_status_t returned by every host call (docs/abi.md "proxy-wasm ABI v0.2.1", spec
 // "Status codes"). A Status other than StatusOK is also an error; compare with
 // errors.Is against the Err* values.
 type Status uint32

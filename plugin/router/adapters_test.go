@@ -10,9 +10,7 @@ import (
 
 // TestSnapshotAdapterTiers: an adapter the replica lists as running is on
 // its GPU; one listed only as waiting has requests queued for a GPU slot,
-// so the decision must not price it as loaded (lora seed 2: requests sent
-// at no adapter cost to a replica where their adapter waited for a slot
-// took 9.6 s to a first token on average).
+// so the decision must not price it as loaded.
 func TestSnapshotAdapterTiers(t *testing.T) {
 	cfg, err := config.Parse([]byte(`{"replicas":[{"name":"a","address":"10.0.0.1:8000","adapter_slots":1}]}`))
 	if err != nil {
@@ -22,8 +20,8 @@ func TestSnapshotAdapterTiers(t *testing.T) {
 	if err := r.setup(cfg); err != nil {
 		t.Fatalf("setup = %v", err)
 	}
-	r.snap.Replicas[0].Adapters = []shared.AdapterState{{Name: "sql"}, {Name: "chat", Waiting: true}}
-	r.applySnapshot()
+	r.scrape.snap.Replicas[0].Adapters = []shared.AdapterState{{Name: "sql"}, {Name: "chat", Waiting: true}}
+	r.scrape.apply()
 	tests := []struct {
 		name string
 		want scoring.AdapterTier
@@ -31,13 +29,13 @@ func TestSnapshotAdapterTiers(t *testing.T) {
 		{name: "sql", want: scoring.TierGPU},
 		{name: "chat", want: scoring.TierStorage},
 	}
-	got := r.replicas[0].Adapters
+	got := r.view.sync()[0].Adapters
 	if len(got) != len(tests) {
-		t.Fatalf("applySnapshot: adapters %+v, want %d", got, len(tests))
+		t.Fatalf("apply: adapters %+v, want %d", got, len(tests))
 	}
 	for i, tt := range tests {
 		if got[i].Name != tt.name || got[i].Tier != tt.want || !got[i].Active {
-			t.Errorf("applySnapshot(%s) = %+v, want tier %v, active", tt.name, got[i], tt.want)
+			t.Errorf("apply(%s) = %+v, want tier %v, active", tt.name, got[i], tt.want)
 		}
 	}
 }

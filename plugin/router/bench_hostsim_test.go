@@ -444,9 +444,8 @@ func micros(d time.Duration) float64 { return float64(d) / 1e3 }
 // worker VM that spent most in it). ref-p50-µs and ref-p99-µs time a fixed native loop of
 // about a request's length (refWork) after each request, the same way: the
 // tail the machine adds to any job that long, which the request's p99
-// carries too (three runs on the 2-core CI machine: ref 41 / 64–69 µs
-// while the requests measured 67–68 / 105–109 µs). The target is p99 ≤ 50
-// µs. Run with -benchtime 20000x (percentiles need ≥ 1000 ops).
+// carries too. The target is p99 ≤ 50 µs (figures: docs/performance.md
+// "Benchmarks"). Run with -benchtime 20000x (percentiles need ≥ 1000 ops).
 func BenchmarkRequestPath64(b *testing.B) {
 	benchRequestPath(b, hostsim.Options{}, benchShape{workers: benchWorkers})
 }
@@ -720,7 +719,7 @@ func benchRequestPath(b *testing.B, opts hostsim.Options, shape benchShape) {
 }
 
 // refWords sizes refWork: six multiply–xorshift passes over 32 KB take
-// about as long as a request (~41 µs on the CI machine), all in L1/L2.
+// about as long as a request, all in L1/L2.
 const refWords = 4096
 
 // refSink keeps refWork's result live, so the compiler cannot drop the work.

@@ -29,44 +29,30 @@ func newDecisionRoot(tb testing.TB) *root {
 	return r
 }
 
-// decide runs one request through the decision and its accounting as
-// route, OnHttpResponseBody and release do, minus the host calls: parse
-// and hash the body, look the chain up, pick, dispatch, record the prefix,
-// count streamed tokens, release. It returns the chosen replica.
+// decide runs one request through the request path minus the host calls:
+// the steps of stream.route but the header, the first token, four
+// streamed tokens and [DONE] as OnHttpResponseBody counts them, release.
+// It returns the chosen replica.
 func decide(r *root, s *stream, body []byte, now int64) int {
 	s.reset(r, 7)
 	s.inference, s.kind = true, openai.Chat
-	req := r.features(s, body, false)
-	for i := range r.cached {
-		r.cached[i] = 0
-	}
-	if len(req.Chain) > 0 {
-		r.index.Lookup(req.Chain, r.cached)
-	}
+	parsed := r.features.parse(s.kind, body, false)
+	req := r.features.of(parsed, true)
+	replicas, cached := r.view.forRequest(req, now)
 	d := &r.decision
-	scoring.Pick(&r.params, req, r.replicas, r.cached, r.ledger, now, d)
+	scoring.Pick(&r.params, req, replicas, cached, r.ledger, now, d)
 	if d.Index < 0 {
 		return -1
 	}
-	best := d.Top[0]
-	s.replica = d.Index
-	s.uncached = max(req.PromptTokens-best.CachedTokens, 1)
-	s.flight = r.ledger.Dispatch(d.Index, req, s.uncached, now, best.StartNanos)
-	if len(req.Chain) > 0 {
-		r.index.Record(d.Index, req.Chain)
-		r.outbox.Push(d.Index, req.Chain)
-	}
-	s.liveAt = len(r.vm.live)
-	r.vm.live = append(r.vm.live, s)
-	r.ledger.FirstToken(s.flight)
-	for range 4 {
+	s.dispatch(d, req, now)
+	s.firstToken(now)
+	for _, chunk := range [][]byte{sseChunk, sseChunk, sseChunk, sseChunk, sseDone} {
 		before := s.counter.Tokens()
-		_, _ = s.counter.Write(sseChunk)
+		_, _ = s.counter.Write(chunk)
 		if n := s.counter.Tokens() - before; n > 0 {
 			r.ledger.Progress(s.flight, int(n))
 		}
 	}
-	_, _ = s.counter.Write(sseDone)
 	s.responseDone = true
 	s.release()
 	return d.Index
@@ -134,7 +120,7 @@ func TestResolveModel(t *testing.T) {
 		{"sql-lora", "meta-llama/Llama-3.1-8B-Instruct", "sql-lora"},
 	}
 	for i, tt := range tests {
-		if base, adapter := r.resolveModel([]byte(tt.model)); base != tt.base || adapter != tt.adapter {
+		if base, adapter := r.features.resolveModel([]byte(tt.model)); base != tt.base || adapter != tt.adapter {
 			t.Fatalf("request %d: resolveModel(%q) = %q, %q; want %q, %q", i, tt.model, base, adapter, tt.base, tt.adapter)
 		}
 	}

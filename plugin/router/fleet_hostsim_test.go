@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpuroute/gpuroute/hostsim"
+	"github.com/gpuroute/gpuroute/internal/longtest"
 	"github.com/gpuroute/gpuroute/plugin/shared"
 )
 
@@ -552,12 +553,8 @@ func TestWorkersShareArrivalRate(t *testing.T) {
 // with four worker VMs, the shared prefix index gets new bases again and
 // again, and the workers go on with their own index (shared.PrefixShare's
 // lineage) instead of decoding each: only a joining worker decodes one.
-// Every worker decoded every new base before (114 decodes of 38 bases in
-// 5,000 requests), each ~1.9 ms of guest time.
 func TestWorkersKeepIndexAcrossRebases(t *testing.T) {
-	if testing.Short() {
-		t.Skip("3,000 requests through hostsim")
-	}
+	longtest.Skip(t) // 3,000 requests on four workers through hostsim
 	const encode, decode = "scoring_prefix.__Index_.AppendBinary", "scoring_prefix.__Index_.UnmarshalBinary"
 	probe := hostsim.NewGuestProbe([]string{encode, decode})
 	f := newBenchFleetOf(t, hostsim.Options{Probe: probe}, benchShape{workers: 4})
@@ -673,8 +670,8 @@ func TestWorkersShareAdapterPlacements(t *testing.T) {
 }
 
 // TestIdleWorkersLeaveIndexAlone: once dispatches stop, no worker rewrites
-// the shared prefix index (each rewrite makes every other worker decode the
-// whole index on its next tick: 1.1 ms per tick at 64 replicas).
+// the shared prefix index (each rewrite makes every other worker apply it
+// on its next tick).
 func TestIdleWorkersLeaveIndexAlone(t *testing.T) {
 	f := newTestFleet(t, 4, 4, "")
 	f.advance(200 * time.Millisecond)

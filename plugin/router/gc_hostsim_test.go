@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gpuroute/gpuroute/hostsim"
+	"github.com/gpuroute/gpuroute/internal/longtest"
 )
 
 // guestMarkDone ends a collection's marking in the guest's runtime.
@@ -27,10 +28,10 @@ const (
 // with poll_oneoff, and the ENOSYS is fatal. The runtime's goroutines arm
 // one only when they run: the memory scavenger sleeps on a timer after
 // returning memory. They run only when a callback yields to the scheduler,
-// so the module never yields. A build that yielded after each tick, to let
-// the collector's background worker finish a cycle's marking, trapped here
-// in the second round (and in the drain simulation).
+// so the module never yields: one that yields after a tick, to let the
+// collector's background worker finish a cycle's marking, traps here.
 func TestGCCyclesWithoutPolling(t *testing.T) {
+	longtest.Skip(t) // six configurations and 48 requests of up to 16 MiB
 	probe := hostsim.NewGuestProbe([]string{guestGCStart, guestMarkDone})
 	h, mod := wasmHost(t, hostsim.Options{Probe: probe})
 	vm, err := h.NewVM(context.Background(), mod, testVMID, nil)
@@ -90,12 +91,10 @@ func TestGCCyclesWithoutPolling(t *testing.T) {
 // ends by the end of the next tick period. The request path allocates
 // nothing and the collector's own workers never run in a reactor that does
 // not yield, so without the tick's gcdrive.Finish a cycle begun in the
-// warm-up went on marking through ~1,400 requests, each paying the write
-// barrier (~18 µs more than the others under wazero).
+// warm-up would go on marking through thousands of requests, each paying
+// the write barrier.
 func TestTickEndsCollection(t *testing.T) {
-	if testing.Short() {
-		t.Skip("3,000 requests through hostsim")
-	}
+	longtest.Skip(t) // 3,000 requests through hostsim
 	probe := hostsim.NewGuestProbe([]string{guestCycleStart, guestCycleEnd})
 	f := newBenchFleetOf(t, hostsim.Options{Probe: probe}, benchShape{workers: benchWorkers})
 	cycles := func() (started, ended uint64) {

@@ -7,8 +7,7 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/gpuroute/gpuroute/plugin/config"
-	"github.com/gpuroute/gpuroute/plugin/metrics"
-	"github.com/gpuroute/gpuroute/plugin/openai"
+	"github.com/gpuroute/gpuroute/plugin/internal/gcdrive"
 	"github.com/gpuroute/gpuroute/plugin/proxy"
 	"github.com/gpuroute/gpuroute/plugin/shared"
 	"github.com/gpuroute/gpuroute/scoring"
@@ -18,152 +17,59 @@ import (
 // Capacity bounds of one root's per-request state, allocated once at
 // configuration so the request path never grows them.
 const (
-	maxInFlight   = 1 << 14 // concurrent requests one worker accounts for
-	maxChainBytes = 1 << 20 // prompt characters hashed into the chain
-	outboxEntries = 256     // dispatches between two prefix-index merges
-	// shareSeenSlots sizes the set that drops the placements a merge
-	// appended already (shared.Seen): it holds 2,048, the checkpoints of
-	// 62 dispatches of distinct 32 KB prompts or of many more that share
-	// prefixes; past that the rest of the outbox is appended whole.
-	shareSeenSlots = 4096
+	maxInFlight    = 1 << 14 // concurrent requests one worker accounts for
+	maxChainBytes  = 1 << 20 // prompt characters hashed into the chain
 	maxFreeStreams = 1024
-	// indexStride checkpoints every 16th block: k resolves to 256 tokens
-	// at 64-char blocks (~40 ms of H100 prefill), and one checkpoint stands
-	// for 256 tokens of KV, so the shared index covers a whole fleet's KV in
-	// tens of thousands of entries.
+	// indexStride checkpoints every 16th block of a chain in the prefix
+	// index: the shared index then covers a whole fleet's KV cache in tens
+	// of thousands of entries, and k still resolves to a fraction of a
+	// prefill's cost.
 	indexStride = 16
-	// outboxHashes is the checkpoints shared per dispatch: prompts up to
-	// 4096 blocks (256k characters); a longer one shares its beginning.
-	outboxHashes = 4096/indexStride + 1
-	// Bounds of the shared index's entry budget (10 bytes each, copied on
-	// every read of shared data: at most 640 KB).
+	// Bounds of the prefix index's entry budget: it is copied on every
+	// read of the shared prefix index (prefixShare).
 	minIndexEntries = 4096
 	maxIndexEntries = 1 << 16
 )
 
-// root is one root (plugin) context: a configuration and everything the
-// worker VM knows under it. Not safe for concurrent use; the host calls one
+// sweepAfter drops a flight whose response callbacks never came (a lost
+// stream must not count as load forever); no generation runs this long.
+const sweepAfter = 30 * time.Minute
+
+// gcFinishBytes bounds the garbage a tick allocates to end a collection
+// that began since the last one (gcdrive.Finish); a cycle that needs more
+// goes on at the next tick. TestTickEndsCollection holds it.
+const gcFinishBytes = 8 << 20
+
+// root is one root (plugin) context: a configuration and the parts that act
+// on it. Each part owns its state and says, in its file, who reads it; the
+// root wires them together and calls them in order from the tick and from
+// the stream's callbacks. Not safe for concurrent use: the host calls one
 // callback at a time per VM.
 type root struct {
 	types.DefaultPluginContext
-	id  uint32
-	vm  *vm
-	cfg *config.Config
+	id       uint32
+	vm       *vm
+	cfg      *config.Config
+	params   scoring.Params
+	configID uint64 // shared.ConfigIDOf the replica list: shared state of another list is ignored
 
-	// replicas is the decision's view, index-aligned with cfg.Replicas;
-	// priors holds each replica's configured hardware, calibrators refine it.
-	replicas    []scoring.Replica
-	priors      []scoring.Hardware
-	calibrators []scoring.Calibrator
-	params      scoring.Params
-	ledger      *scoring.Ledger
-	index       *prefix.Index
-	hasher      prefix.Hasher
-	// textMemo is the parser's writer: the hasher with a memo of the long
-	// strings it hashed (openai.Memo), so that a system prompt or a turn
-	// met again is compared and its blocks replayed, not decoded and
-	// hashed again (BenchmarkParseTextRouter/memo).
-	textMemo prefix.Memo
-	parser   openai.Parser
-	request  openai.Request
+	// The decision: what a request asks (features), Pick's input (view),
+	// the outstanding work and the prefix index it prices by, and Pick's
+	// output.
+	features features
+	view     replicaView
+	ledger   *scoring.Ledger
+	index    *prefix.Index
 	decision scoring.Decision
-	cached   []int
-	scratch  []byte
-	models   map[string]string // interned base model names
-	// lastModel is the last "model" value resolved (resolveModel).
-	lastModel struct {
-		name          []byte
-		base, adapter string
-		ok            bool
-	}
-	// featuresScratch and destScratch are reused per request.
-	featuresScratch scoring.Request
-	destScratch     []byte
 
-	// Shared state (shared.go).
-	configID  uint64
-	worker    uint64
-	workerKey string
-	leader    bool
-	snap      shared.Snapshot
-	snapCAS   uint32
-	outbox    *shared.Outbox
-	// shareGen and shareEnd say how much of the shared prefix index
-	// (shared.PrefixShare) the local index holds: the base of generation
-	// shareGen and its tail up to byte shareEnd; an idle worker skips a
-	// value it already found unreadable (shareBadCAS) instead of logging
-	// it every tick. shareAppend appends an outbox entry to scratch,
-	// without the placements shareSeen holds (one merge's), through
-	// shareFresh; shareScratch receives a tail entry's checkpoints.
-	shareGen     uint64
-	shareEnd     int
-	shareBadCAS  uint32 // CAS of the last value found unreadable (0: none)
-	shareAppend  func(replica int, checkpoints []uint64)
-	shareSeen    *shared.Seen
-	shareFresh   []uint64
-	shareScratch []uint64
-	board        shared.Board
-	workKeys     []string // the work-record keys of the workers in workKeysOf
-	workKeysOf   []uint64
-	// What Replica.PeerWork holds was gathered (gatherPeerWork) with the
-	// board or not, and with the peer gateways' sum of remoteGathered (a
-	// remoteGen): when either moves, every replica's is set again.
-	peerWorkSet    bool
-	localGathered  bool
-	remoteGathered uint64
-	record         shared.WorkRecord
-	workBuf        []byte // record's encoding, patched in place per request
-	workMoved      []int  // refreshWork's scratch
-	registry       shared.Registry
-	// adapters and peerAdapters carry LoRA placements between workers.
-	adapters, peerAdapters shared.AdapterRecord
-	registered             bool
-	keyScratch             []byte
-	// checkpoints is scratch for a dispatch's chain reduced to the hashes
-	// the index stores (what the outbox shares).
-	checkpoints []uint64
-	// adapterKey, adapterHeld and adapterRecent are scratch for looking up
-	// where the request's adapter was sent (the index records adapters).
-	adapterKey    [1]uint64
-	adapterHeld   []int
-	adapterRecent []bool
-
-	// Scraping (scrape.go): one parser per replica (engines differ), the
-	// calls in flight, and the leader's copy of the snapshot it publishes.
-	// scrapeRoundOf[i] is the tick whose call to replica i is outstanding
-	// (0: none); scraping counts the current tick's outstanding calls.
-	parsers       []*metrics.Parser
-	scrapeDone    []func(numHeaders, bodySize, numTrailers int) // per replica
-	sample        metrics.Sample
-	scraping      int
-	scrapeRound   uint32
-	scrapeRoundOf []uint32
-	scrapeDirty   bool
-
-	// Gateway peer exchange (peers.go): the journal of this gateway's
-	// placements, placements imported from peers awaiting the next merge,
-	// the leader's links to the peers and the peers' summed work.
-	journal       *shared.Journal
-	journalAppend func(replica int, chain []uint64)
-	importBox     *shared.Outbox
-	importEntry   func(replica int, chain []uint64)
-	peerToken     []byte
-	peerAddrs     []string
-	peerMap       []int
-	exportWork    []scoring.Work
-	peers         []peerLink
-	peerDone      []func(numHeaders, bodySize, numTrailers int)
-	peerExport    shared.PeerExport
-	remote        shared.WorkRecord
-	remoteWork    []scoring.Work
-	remoteRate    float64 // the peer gateways' dispatch rate, with remoteWork
-	remoteNanos   int64
-	remoteGen     uint64 // counts the changes of remoteWork
-	remoteCAS     uint32
-
-	// Passive health (passive.go): routed requests' outcomes per replica,
-	// shared between the worker VMs.
-	passive passive
+	calib    calibration  // prefill cost per replica, learned from TTFT
+	health   health       // scrape failures and passive ejection → eligibility, evidence age
+	scrape   scraping     // the scrape lease, metrics calls, the fleet snapshot
+	members  membership   // this worker's id and the worker list
+	work     workShare    // in-flight work shared between the workers
+	prefixes prefixShare  // the prefix index shared between the workers
+	adapters adapterShare // LoRA placements shared between the workers
+	peers    peering      // placements and work exchanged with other gateways
 
 	// free recycles stream contexts so a new stream allocates nothing in
 	// steady state (live streams are on the vm).
@@ -171,11 +77,14 @@ type root struct {
 
 	stats stats
 	log   logPrefix
+	// replies is scratch for the local replies' bodies (status, 503).
+	replies []byte
 }
 
 // OnPluginStart parses the configuration and sets the root up. A bad
 // configuration is logged with the parse error and refused: Envoy keeps the
-// previous root serving (DESIGN.md §3).
+// previous root serving (docs/design.md "Configuration changes";
+// TestReconfigure).
 func (r *root) OnPluginStart(int) types.OnPluginStartStatus {
 	r.log = newLogPrefix(r.id)
 	data, err := proxy.GetPluginConfiguration()
@@ -206,108 +115,47 @@ func (r *root) OnPluginStart(int) types.OnPluginStartStatus {
 	return types.OnPluginStartStatusOK
 }
 
-// setup builds the root's state for cfg. Everything the request path uses
+// setup builds the root's parts for cfg. Everything the request path uses
 // is allocated here.
 func (r *root) setup(cfg *config.Config) error {
 	n := len(cfg.Replicas)
 	r.cfg = cfg
 	r.params = cfg.Params
-	r.replicas = make([]scoring.Replica, n)
-	r.priors = make([]scoring.Hardware, n)
-	r.calibrators = make([]scoring.Calibrator, n)
-	r.parsers = make([]*metrics.Parser, n)
-	r.scrapeDone = r.scrapeCallbacks(n)
-	r.cached = make([]int, n)
 	names := make([]string, n)
 	for i := range cfg.Replicas {
 		names[i] = cfg.Replicas[i].Name + "\x00" + cfg.Replicas[i].AddressText
 	}
 	r.configID = shared.ConfigIDOf(names)
-	type parserKey struct {
-		engine metrics.Engine
-		names  metrics.Names
-	}
-	parsers := make(map[parserKey]*metrics.Parser)
-	for i := range cfg.Replicas {
-		c := &cfg.Replicas[i]
-		hw := c.Profile
-		if c.KVCapacityTokens > 0 {
-			hw.KVCapacityTokens = c.KVCapacityTokens
-		}
-		r.priors[i] = hw
-		r.replicas[i] = scoring.Replica{
-			Addr:             c.AddressText,
-			AddrHash:         prefix.HashString(c.AddressText),
-			Engine:           c.Engine.String(),
-			Hardware:         hw,
-			AdapterSlots:     c.AdapterSlots,
-			AdapterHostSlots: c.AdapterHostSlots,
-			Healthy:          true,
-		}
-		if c.MetricsCluster != "" {
-			// One parser per engine and metric names, not per replica: a
-			// parser keeps nothing from one page to the next, and one each
-			// held a kilobyte of tables per replica (64 KiB for 64) for the
-			// leader's scrape to walk.
-			key := parserKey{c.Engine, c.MetricNames}
-			p := parsers[key]
-			if p == nil {
-				var err error
-				if p, err = metrics.NewParser(c.Engine, c.MetricNames); err != nil {
-					return err
-				}
-				parsers[key] = p
-			}
-			r.parsers[i] = p
-		}
-	}
-	r.applyDrains()
+	r.calib.setup(cfg)
 	r.ledger = scoring.NewLedger(r.params, n, maxInFlight)
 	r.index = prefix.NewIndex(prefix.IndexConfig{BlockChars: cfg.BlockChars, MaxReplicas: n,
-		Stride: indexStride, MaxEntries: indexEntries(cfg.BlockChars, r.priors)})
-	for i := range r.priors {
-		r.index.SetCapacityTokens(i, r.priors[i].KVCapacityTokens)
+		Stride: indexStride, MaxEntries: indexEntries(cfg.BlockChars, r.calib.priors)})
+	for i := range r.calib.priors {
+		r.index.SetCapacityTokens(i, r.calib.priors[i].KVCapacityTokens)
 	}
-	r.hasher.Init(cfg.BlockChars, maxChainBytes/cfg.BlockChars)
-	r.textMemo.Init(&r.hasher, 0, 0, 0)
-	r.outbox = shared.NewOutbox(outboxEntries, outboxHashes)
-	r.checkpoints = make([]uint64, 0, outboxHashes)
-	r.shareScratch = make([]uint64, outboxHashes)
-	r.shareSeen = shared.NewSeen(shareSeenSlots)
-	r.shareFresh = make([]uint64, 0, outboxHashes)
-	r.shareAppend = func(replica int, checkpoints []uint64) {
-		r.shareFresh = r.shareSeen.AppendNew(r.shareFresh[:0], replica, checkpoints)
-		r.scratch = shared.AppendPrefixShareEntry(r.scratch, replica, r.shareFresh)
+	r.features.setup(cfg, &r.stats)
+	if err := r.scrape.setup(cfg, r.configID, r.log, &r.stats, r.snapshotApplied); err != nil {
+		return err
 	}
-	r.adapterHeld = make([]int, n)
-	r.adapterRecent = make([]bool, n)
-	r.snap.ConfigID = r.configID
-	r.snap.SetLen(n)
-	r.board.ConfigID = r.configID
-	r.record.ConfigID = r.configID
-	r.record.Work = make([]scoring.Work, n)
-	r.workMoved = make([]int, 0, n)
-	r.scratch = make([]byte, 0, 4096)
-	r.models = make(map[string]string)
-	r.lastModel.name = make([]byte, 0, openai.MaxModelBytes)
-	r.setupPeers()
+	r.health.setup(cfg, r.configID, &r.scrape.snap, r.log, &r.stats)
+	r.members.setup(r.id, cfg, r.log)
+	r.work.setup(n, r.configID, peerWorkTTL(cfg), r.ledger, &r.members, &r.calib, &r.health)
+	r.prefixes.setup(r.index, &r.members, r.log)
+	r.adapters.setup(cfg, r.configID, r.ledger, &r.members)
+	r.peers.setup(cfg, r.configID, peerWorkTTL(cfg), &r.members, &r.work, r.log, &r.stats)
+	r.view.setup(cfg, r)
+	r.replies = make([]byte, 0, 4096)
 	return nil
 }
 
-// applyDrains copies the configured admission states into the decision's
-// view (a configuration update is how a drain starts).
-func (r *root) applyDrains() {
+// snapshotApplied is called when scraping applied a new fleet snapshot:
+// health judges the replicas by its scrape times and failures, and the
+// prefix index bounds each replica by the KV capacity it reports.
+func (r *root) snapshotApplied(now int64) {
 	for i := range r.cfg.Replicas {
-		c := &r.cfg.Replicas[i]
-		rep := &r.replicas[i]
-		switch c.State {
-		case config.StateDraining:
-			rep.Drain = scoring.Draining
-			rep.DrainDeadlineNanos = c.DrainDeadlineUnixMillis * int64(time.Millisecond)
-		case config.StateDrained:
-			rep.Drain = scoring.Drained
-		default:
-			rep.Drain = scoring.Serving
+		r.health.present(i, now)
+		if c := r.scrape.figures[i].kvCapacityTokens; c > 0 {
+			r.index.SetCapacityTokens(i, c)
 		}
 	}
 }
@@ -319,17 +167,79 @@ func (r *root) OnPluginDone() bool {
 	_ = proxy.SetTickPeriodMillis(0)
 	r.stats.stop()
 	if r.cfg != nil {
-		r.leave()
+		r.scrape.giveUpLease(r.members.worker)
+		r.members.leave()
 	}
 	return true
 }
 
-// OnTick runs the root's periodic work (shared.go).
+// OnTick runs the root's periodic work.
 func (r *root) OnTick() {
 	if r.cfg == nil {
 		return
 	}
 	r.tick(proxy.NowNanos())
+}
+
+// tick is the root's periodic work, in order: join the worker list, hold or
+// contest the scrape lease (the leader scrapes), refresh the fleet snapshot
+// and the replicas' health, exchange in-flight work and LoRA placements
+// with the other workers, merge the prefix index (and journal it for the
+// peer gateways), ask the peers, and end what a drain deadline has closed.
+func (r *root) tick(now int64) {
+	if !r.members.registered {
+		r.members.join(now)
+	}
+	r.scrape.holdLease(now, r.members.worker)
+	if r.scrape.leader {
+		r.scrape.scrape(now)
+	}
+	r.scrape.readSnapshot()
+	r.health.sync()
+	// Ejections end and evidence ages between snapshots too, so every
+	// replica is judged again whether or not the shared state changed.
+	r.health.presentAll(now)
+	r.peers.readRemoteWork(now, r.scrape.leader)
+	if !r.cfg.Scraper {
+		// A scraper routes nothing: it has no in-flight work or
+		// placements of its own to share.
+		r.exchangeWork(now)
+		r.adapters.exchange(now)
+	}
+	if r.prefixes.merge(now, r.peers.imports) {
+		r.peers.journalDispatches(now, r.prefixes.outbox)
+		r.prefixes.outbox.Reset()
+		if r.peers.imports != nil {
+			r.peers.imports.Reset()
+		}
+	}
+	if r.scrape.leader && len(r.peers.links) > 0 {
+		r.peers.ask()
+	}
+	r.enforceDrains(now)
+	if n := r.ledger.Sweep(now - int64(sweepAfter)); n > 0 {
+		r.stats.add(r.stats.sweptFlights, int64(n))
+	}
+	r.stats.flush()
+	// A collection begun since the last tick ends here rather than
+	// marking on through the requests (gcdrive).
+	gcdrive.Finish(gcFinishBytes)
+}
+
+// exchangeWork publishes this worker's in-flight work per replica and adds
+// up the other workers' into the view's PeerWork. The tick refreshes the
+// record and the worker list; between ticks the request path keeps both
+// directions current (workShare.publishOn after each change, the view's
+// gather before each decision), so workers deciding in the same burst see
+// each other's dispatches (TestWorkersSeeEachOthersDispatches).
+func (r *root) exchangeWork(now int64) {
+	if r.members.worker == 0 {
+		return
+	}
+	r.ledger.SyncSnapshots(r.view.sync())
+	r.work.refresh(now)
+	r.work.retain()
+	r.view.gatherPeerWork(now)
 }
 
 // NewHttpContext hands out a recycled stream context.
@@ -346,15 +256,10 @@ func (r *root) NewHttpContext(contextID uint32) types.HttpContext {
 	s.reset(r, contextID)
 	// Before the stream's decision: another worker may have just ejected a
 	// replica (a client's re-send comes through any worker).
-	if r.syncSuspects() {
-		r.presentAll(proxy.NowNanos())
+	if r.health.sync() {
+		r.health.presentAll(proxy.NowNanos())
 	}
 	return s
-}
-
-// recordPrefix records a shared dispatch's checkpoints in the prefix index.
-func (r *root) recordPrefix(replica int, checkpoints []uint64) {
-	r.index.RecordCheckpoints(replica, checkpoints)
 }
 
 // indexEntries sizes the prefix index to the fleet: one checkpoint per
@@ -368,6 +273,12 @@ func indexEntries(blockChars int, profiles []scoring.Hardware) int {
 	return min(max(total*5/4, minIndexEntries), maxIndexEntries)
 }
 
+// peerWorkTTL is how long a worker's or a peer gateway's published work
+// counts: a few lease lifetimes, after which its writer is presumed gone.
+func peerWorkTTL(cfg *config.Config) int64 {
+	return 3 * int64(cfg.LeaseMillis) * int64(time.Millisecond)
+}
+
 // logPrefix prefixes log lines with the root id, precomputed once.
 type logPrefix string
 
@@ -378,13 +289,3 @@ func newLogPrefix(id uint32) logPrefix {
 func (p logPrefix) info(msg string)  { proxy.LogInfo(string(p) + msg) }
 func (p logPrefix) warn(msg string)  { proxy.LogWarn(string(p) + msg) }
 func (p logPrefix) error(msg string) { proxy.LogError(string(p) + msg) }
-
-// replicaIndex returns the index of the replica at addr, or -1.
-func (r *root) replicaIndex(addr string) int {
-	for i := range r.replicas {
-		if r.replicas[i].Addr == addr {
-			return i
-		}
-	}
-	return -1
-}

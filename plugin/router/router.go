@@ -5,32 +5,33 @@
 //
 //	func init() { proxy.SetVMContext(router.New()) }
 //
-// Each Envoy worker thread runs its own VM with its own root context. The
-// roots of one Envoy share state through proxy-wasm shared data (DESIGN.md
-// §3): a leader lease so one VM scrapes the replicas' metrics, the fleet
-// snapshot it publishes, each worker's in-flight work, and the prefix index.
-// Envoy creates a new root context in the same VM on a configuration change,
-// so all state lives on the root (never in package variables) and a refused
-// configuration leaves the previous root, and its state, serving.
+// A request's route reads parse → features → view → Pick → header
+// (stream.go). Each Envoy worker thread runs its own VM with its own root
+// context; the roots of one Envoy share state through proxy-wasm shared data
+// (docs/design.md "Shared state"): a leader lease so one VM scrapes the
+// replicas' metrics (scraping), the fleet snapshot it publishes, each
+// worker's in-flight work (workShare), the prefix index (prefixShare), LoRA
+// placements (adapterShare) and passive health (health); peering extends
+// placements and work to other gateways. Envoy creates a new root context in
+// the same VM on a configuration change, so all state lives on the root
+// (never in package variables) and a refused configuration leaves the
+// previous root, and its state, serving.
 package router
 
 import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 )
 
-// Wire names: headers, shared-data keys and the local replies' details.
+// Wire names: headers and the local replies' details.
 const (
 	// HeaderDestination carries the chosen endpoint to Envoy's ORIGINAL_DST
 	// cluster (use_http_header) or override_host policy, the Gateway API
-	// Inference Extension convention (ABI.md §4). A client-sent value must
-	// never survive: with ORIGINAL_DST it would let anyone reach any address.
+	// Inference Extension convention (docs/abi.md "Envoy behaviour"). A
+	// client-sent value must never survive: with ORIGINAL_DST it would let
+	// anyone reach any address.
 	HeaderDestination = "x-gateway-destination-endpoint"
 	// HeaderDecision is the opt-in response header explaining the decision.
 	HeaderDecision = "x-gpuroute-decision"
-
-	// Shared-data key beyond the shared package's (snapshot, lease, worker
-	// list, work records, prefix share): the worker id counter.
-	keyWorkerID = "gpuroute/worker-seq"
 
 	detailsUnavailable = "gpuroute_no_eligible_replica"
 	detailsOverloaded  = "gpuroute_overloaded"

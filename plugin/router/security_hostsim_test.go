@@ -12,6 +12,7 @@ import (
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
 
 	"github.com/gpuroute/gpuroute/hostsim"
+	"github.com/gpuroute/gpuroute/internal/longtest"
 )
 
 // Security tests: what a hostile client or a careless configuration can do
@@ -365,6 +366,7 @@ func TestConfigBounds(t *testing.T) {
 // TestConfigChurnLargest: the largest configuration, reconfigured again and
 // again in one VM (each creates a root; the old ones go), never traps.
 func TestConfigChurnLargest(t *testing.T) {
+	longtest.Skip(t) // six configurations of 4096 replicas and adapters
 	d := newWasmDriver(t).(*wasmDriver)
 	for i := range 6 {
 		cfg := replicasConfig(4096, 0, adaptersConfig(4096)+`,"tick_ms":`+strconv.Itoa(100+i))

@@ -49,11 +49,10 @@ type stat uint8
 // stats holds the Envoy stats of one root. An event's count reaches Envoy
 // at once (add); the counts every routed request makes (decisions and
 // their reason, prompt and prefix-hit tokens, memo replays, the in-flight
-// gauge) at the root's next tick (tick_ms, 1 s by default) and when the
-// plugin stops (tally): a host call per count was ~7.6 calls of a routed
-// request, 0.66 µs of its plugin time under wazero
-// (BenchmarkRequestPathPaired64). Envoy itself hands its workers' stats to
-// the sinks every stats_flush_interval, 5 s by default.
+// gauge) at the root's next tick and when the plugin stops (tally): a host
+// call per count would be most of a routed request's host calls, and Envoy
+// hands its workers' stats to the sinks only every stats_flush_interval
+// (5 s by default) anyway (TestStatsTallyAtTick).
 type stats struct {
 	decisions, promptTokens, prefixHitTokens stat
 	adapterHost, adapterStorage              stat

@@ -56,7 +56,7 @@ const (
 )
 
 // Little-endian helpers, hand-rolled: encoding/binary imports reflect, which
-// the wasm module must not link (common rules; STYLE.md 23).
+// the wasm module must not link (plugin/main_test.go holds its imports).
 
 func appendU16(b []byte, v uint16) []byte { return append(b, byte(v), byte(v>>8)) }
 

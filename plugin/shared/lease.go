@@ -2,7 +2,7 @@ package shared
 
 // Lease is the scraping leader's claim in shared data (KeyLease): only the
 // worker VM holding an unexpired lease scrapes replica metrics and publishes
-// the snapshot (DESIGN.md §3).
+// the snapshot (docs/design.md "Shared state").
 type Lease struct {
 	Holder       uint64 // worker id of the leader; 0 = nobody
 	ExpiresNanos int64  // the claim lapses at this time unless renewed
@@ -42,7 +42,7 @@ func (l *Lease) Decode(b []byte) error {
 //
 // It returns the lease to write (when write is true) and whether me is leader
 // this tick; when write is true, leadership holds only if the write succeeds.
-// Caller protocol, per tick (ABI.md §3.2: a set with cas≠0 on an existing key
+// Caller protocol, per tick (docs/abi.md "Envoy behaviour": a set with cas≠0 on an existing key
 // must match; a set on a MISSING key ignores the cas and always succeeds):
 //
 //	v, cas, found := get(KeyLease)            // found=false on NOT_FOUND

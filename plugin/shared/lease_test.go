@@ -107,7 +107,7 @@ func TestLeaseStepScraper(t *testing.T) {
 	}
 }
 
-// store mimics cpp-host shared data for one key (ABI.md §3.2): a global CAS
+// store mimics cpp-host shared data for one key (docs/abi.md "Envoy behaviour"): a global CAS
 // counter that skips 0; set with cas≠0 on an existing key must match; set on a
 // missing key ignores cas.
 type store struct {

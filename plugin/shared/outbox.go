@@ -6,13 +6,12 @@ package shared
 // outbox into the shared prefix.Index (read, record each entry,
 // write back with CAS). Hashes are copied into one backing array allocated
 // by NewOutbox, so Push never allocates. When full, Push overwrites the oldest
-// entry (counted by Dropped): losing an old hint only costs a prefix-cache
-// guess, never correctness. It is a Journal's ring without the numbering.
+// entry: losing an old hint only costs a prefix-cache guess, never
+// correctness. It is a Journal's ring without the numbering.
 // The zero Outbox has no capacity and drops every push. Not safe for
 // concurrent use (one per VM).
 type Outbox struct {
-	ring    Journal // its numbering is unused: an outbox is emptied whole
-	dropped uint64
+	ring Journal // its numbering is unused: an outbox is emptied whole
 }
 
 // NewOutbox returns an outbox of capacity entries, each keeping the first
@@ -29,10 +28,6 @@ func (o *Outbox) Cap() int { return o.ring.Cap() }
 // Len returns the number of entries waiting to be drained.
 func (o *Outbox) Len() int { return o.ring.Len() }
 
-// Dropped returns how many entries were overwritten (or refused by a
-// zero-capacity outbox) since creation.
-func (o *Outbox) Dropped() uint64 { return o.dropped }
-
 // Push records a dispatch of chain to replica, copying at most maxBlocks
 // blocks. An empty chain (nothing cacheable) or a replica outside
 // [0, 65535] is ignored.
@@ -40,18 +35,7 @@ func (o *Outbox) Push(replica int, chain []uint64) {
 	if len(chain) == 0 || replica < 0 || replica > 0xFFFF {
 		return
 	}
-	if o.ring.Len() == o.ring.Cap() {
-		o.dropped++ // Append overwrites the oldest (or, without capacity, drops this one)
-	}
-	o.ring.Append(replica, chain)
-}
-
-// Drain calls fn for every entry, oldest first, then empties the outbox. The
-// chain passed to fn aliases the outbox's storage: use it within the call
-// (prefix.Index.Record copies what it keeps) and do not Push from fn.
-func (o *Outbox) Drain(fn func(replica int, chain []uint64)) {
-	o.Each(fn)
-	o.Reset()
+	o.ring.Append(replica, chain) // overwrites the oldest when full (none without capacity)
 }
 
 // Each calls fn for every entry, oldest first, and keeps them: a CAS merge

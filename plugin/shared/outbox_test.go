@@ -11,7 +11,8 @@ type drained struct {
 
 func drainAll(o *Outbox) []drained {
 	var got []drained
-	o.Drain(func(r int, c []uint64) { got = append(got, drained{r, append([]uint64(nil), c...)}) })
+	o.Each(func(r int, c []uint64) { got = append(got, drained{r, append([]uint64(nil), c...)}) })
+	o.Reset()
 	return got
 }
 
@@ -28,14 +29,14 @@ func TestOutbox(t *testing.T) {
 	want := []drained{{0, []uint64{1, 2}}, {1, []uint64{4}}}
 	checkDrained(t, "first drain", got, want)
 	if o.Len() != 0 || len(drainAll(o)) != 0 {
-		t.Fatalf("after Drain: Len = %d, want 0", o.Len())
+		t.Fatalf("after Reset: Len = %d, want 0", o.Len())
 	}
 	// Wrap-around: 5 pushes into 3 slots keep the newest 3, oldest first.
 	for i := 0; i < 5; i++ {
 		o.Push(i, []uint64{uint64(10 + i), uint64(20 + i)})
 	}
-	if o.Dropped() != 2 || o.Len() != 3 {
-		t.Fatalf("after 5 pushes into 3: Dropped %d, Len %d; want 2, 3", o.Dropped(), o.Len())
+	if o.Len() != 3 {
+		t.Fatalf("after 5 pushes into 3: Len %d, want 3", o.Len())
 	}
 	checkDrained(t, "wrapped drain", drainAll(o), []drained{{2, []uint64{12, 22}}, {3, []uint64{13, 23}}, {4, []uint64{14, 24}}})
 	// Partial fill after a wrap keeps order too.
@@ -45,8 +46,8 @@ func TestOutbox(t *testing.T) {
 
 	var zero Outbox
 	zero.Push(1, []uint64{1})
-	if zero.Len() != 0 || zero.Dropped() != 1 || len(drainAll(&zero)) != 0 {
-		t.Fatalf("zero Outbox: Len %d Dropped %d; want 0, 1", zero.Len(), zero.Dropped())
+	if zero.Len() != 0 || len(drainAll(&zero)) != 0 {
+		t.Fatalf("zero Outbox: Len %d, want 0", zero.Len())
 	}
 	if NewOutbox(0, 5).Cap() != 0 || NewOutbox(5, 0).Cap() != 0 {
 		t.Fatal("NewOutbox with a non-positive argument should have no capacity")
@@ -79,8 +80,9 @@ func TestOutboxAllocs(t *testing.T) {
 		for i := 0; i < 300; i++ { // wraps
 			o.Push(i%64, chain[:i%100])
 		}
-		o.Drain(fn)
+		o.Each(fn)
+		o.Reset()
 	}); n != 0 {
-		t.Fatalf("Outbox Push/Drain allocs = %v, want 0", n)
+		t.Fatalf("Outbox Push/Each/Reset allocs = %v, want 0", n)
 	}
 }

@@ -28,15 +28,10 @@ const KeyPrefixShare = "gpuroute/prefix-share/5"
 // past it) before those placements. A worker that had applied the old tail
 // up to a byte in [PrevFrom, PrevTail] keeps its own index and goes on at
 // the same entry of the new tail rather than decoding the base; only a
-// worker that fell behind (or joined) decodes it. With every worker
-// decoding every new base, each rebase cost every other worker ~1.9 ms of
-// guest time (64 replicas, wazero), and with more workers the tail, and so
-// the rebases, grow faster.
-//
-// Sharing the whole index every tick meant a decode and an encode per
-// worker per tick: with 64 replicas, 1.9 ms of guest time every 100 ms in
-// each worker VM that dispatched (BenchmarkGuestProfile: 0.85 ms decoding,
-// 0.9 ms encoding), a stall of the worker's event loop.
+// worker that fell behind (or joined) decodes it: decoding or encoding a
+// base stalls a worker's event loop far longer than applying a tail
+// (TestWorkersKeepIndexAcrossRebases), and with more workers the tail, and
+// so the rebases, grow faster.
 //
 // Encoding: "GRPX" version u8, generation u64, previous generation u64,
 // previous tail's repeated start u32 and length u32, base length u32, the

@@ -68,8 +68,8 @@ type AdapterState struct {
 // Replica is the scraped state of one replica, index-aligned with the
 // configured replica list. Figures are the last good scrape's: a failed scrape
 // only updates AttemptNanos, Failures, LastError and HTTPStatus, so readers
-// decide staleness from ScrapedNanos (DESIGN.md §3: stale means uncertain, not
-// ideal). The zero Replica is "never scraped" except MaxAdapters, which should
+// decide staleness from ScrapedNanos (stale means uncertain, not ideal:
+// docs/design.md "Health and drains"). The zero Replica is "never scraped" except MaxAdapters, which should
 // be -1; use Reset.
 type Replica struct {
 	ScrapedNanos int64       // time of the last good scrape; 0 = never
@@ -93,17 +93,6 @@ type Replica struct {
 func (r *Replica) Reset() {
 	a := r.Adapters[:0]
 	*r = Replica{MaxAdapters: -1, Adapters: a}
-}
-
-// Fresh reports whether r had a good scrape within maxAgeNanos of nowNanos.
-// A scrape stamped in the future by more than maxAgeNanos (the clock went
-// backwards) is not fresh either.
-func (r *Replica) Fresh(nowNanos, maxAgeNanos int64) bool {
-	if r.ScrapedNanos == 0 {
-		return false
-	}
-	d := nowNanos - r.ScrapedNanos
-	return d <= maxAgeNanos && d >= -maxAgeNanos
 }
 
 // ApplySample records a scrape parsed by metrics. Fields present in s overwrite
@@ -435,51 +424,4 @@ func decodeSnapshot(b []byte, s *Snapshot) error {
 		}
 	}
 	return r.end("snapshot")
-}
-
-// SnapshotCache is a worker's decoded copy of the shared snapshot. Update
-// decodes only when the CAS changed and keeps the last good snapshot when a
-// value is bad or written for another configuration. The zero value is empty
-// and ready once ConfigID is set. Not safe for concurrent use (one per VM).
-type SnapshotCache struct {
-	// ConfigID is this worker's ConfigIDOf; snapshots with another are ignored.
-	ConfigID uint64
-	// Snap is the last good snapshot (Valid reports whether there is one).
-	Snap Snapshot
-	// CAS is the shared-data CAS of the value last looked at.
-	CAS   uint32
-	valid bool
-}
-
-// Valid reports whether Snap holds a snapshot for this configuration.
-func (c *SnapshotCache) Valid() bool { return c.valid }
-
-// Update looks at the shared value b read with cas. It returns changed=true
-// when Snap was replaced. A value already seen (same cas) costs nothing; a bad
-// value or one for another ConfigID returns an error (counted by the caller)
-// and leaves Snap as it was. Reset the cache (or change ConfigID and call
-// Invalidate) on reconfiguration.
-func (c *SnapshotCache) Update(cas uint32, b []byte) (changed bool, err error) {
-	if cas == c.CAS && cas != 0 {
-		return false, nil
-	}
-	c.CAS = cas
-	if err := decodeSnapshot(b, nil); err != nil {
-		return false, err
-	}
-	// The ConfigID sits at a fixed offset after validation passed.
-	p := b[headerLen+16 : headerLen+24]
-	cfg := uint64(p[0]) | uint64(p[1])<<8 | uint64(p[2])<<16 | uint64(p[3])<<24 |
-		uint64(p[4])<<32 | uint64(p[5])<<40 | uint64(p[6])<<48 | uint64(p[7])<<56
-	if cfg != c.ConfigID {
-		return false, &codecError{msg: "shared: snapshot config id " + strconv.FormatUint(cfg, 16) + ": written for another configuration (want " + strconv.FormatUint(c.ConfigID, 16) + ")", kind: ErrInvalid}
-	}
-	_ = decodeSnapshot(b, &c.Snap) // validated above: cannot fail
-	c.valid = true
-	return true, nil
-}
-
-// Invalidate forgets the snapshot and the CAS, for a new configuration.
-func (c *SnapshotCache) Invalidate() {
-	c.valid, c.CAS = false, 0
 }

@@ -237,8 +237,8 @@ vllm:lora_requests_info{max_lora="4",running_lora_adapters="a,b",waiting_lora_ad
 func TestApplySample(t *testing.T) {
 	var r Replica
 	r.Reset()
-	if r.MaxAdapters != -1 || r.Fresh(1, 1<<60) {
-		t.Fatalf("Reset: MaxAdapters = %d, Fresh = %v; want -1, false", r.MaxAdapters, r.Fresh(1, 1<<60))
+	if r.MaxAdapters != -1 || r.ScrapedNanos != 0 {
+		t.Fatalf("Reset: MaxAdapters = %d, ScrapedNanos = %d; want -1, 0 (never scraped)", r.MaxAdapters, r.ScrapedNanos)
 	}
 	r.ApplySample(parse(t, vllmBody), 100)
 	want := Replica{ScrapedNanos: 100, AttemptNanos: 100, Waiting: 3, Running: 5, KVUsage: 0.25,
@@ -271,9 +271,6 @@ func TestApplySample(t *testing.T) {
 		if figs(got) != figs(w) || len(r.Adapters) != 3 {
 			t.Fatalf("ApplyFailure(%v, %d) = %+v, want %+v with 3 adapters", f.kind, f.status, got, w)
 		}
-	}
-	if !r.Fresh(202, 102) || r.Fresh(203, 102) || r.Fresh(-3, 102) {
-		t.Fatalf("Fresh around ScrapedNanos=100, maxAge=102 wrong")
 	}
 
 	// Garbage and truncated bodies count as failures, figures untouched.
@@ -320,32 +317,6 @@ func TestScrapeErrorString(t *testing.T) {
 		if got := tc.in.String(); got != tc.want {
 			t.Errorf("ScrapeError(%d).String() = %q, want %q", tc.in, got, tc.want)
 		}
-	}
-}
-
-func TestSnapshotCache(t *testing.T) {
-	s := testSnapshot(2, 1)
-	good := mustEncode(t, s)
-	other := *s
-	other.ConfigID++
-	foreign := mustEncode(t, &other)
-
-	c := SnapshotCache{ConfigID: s.ConfigID}
-	if changed, err := c.Update(5, good); !changed || err != nil || !c.Valid() {
-		t.Fatalf("Update(5, good) = %v, %v; want true, nil", changed, err)
-	}
-	if changed, err := c.Update(5, []byte("garbage")); changed || err != nil {
-		t.Fatalf("Update(same cas) = %v, %v; want false, nil (not decoded)", changed, err)
-	}
-	if changed, err := c.Update(6, foreign); changed || !errors.Is(err, ErrInvalid) || !snapEqual(&c.Snap, s) {
-		t.Fatalf("Update(foreign config) = %v, %v; want false, ErrInvalid, snapshot kept", changed, err)
-	}
-	if changed, err := c.Update(7, good[:10]); changed || !errors.Is(err, ErrShort) || !c.Valid() {
-		t.Fatalf("Update(truncated) = %v, %v; want false, ErrShort, still valid", changed, err)
-	}
-	c.Invalidate()
-	if c.Valid() {
-		t.Fatal("Valid after Invalidate = true")
 	}
 }
 

@@ -10,9 +10,8 @@
 // so the workers never run and a cycle ends only through assists. The
 // router's request path allocates nothing, so a cycle begun by a
 // configuration change or a tick goes on marking through thousands of
-// requests, and while it does every pointer store pays the write
-// barrier: in BenchmarkRequestPathReplay64 the requests of a VM marking
-// took ~18 µs (a third) longer than the others, in every replay.
+// requests, and while it does every pointer store pays the write barrier
+// (TestTickEndsCollection; docs/performance.md "Request path").
 //
 // Finish ends such a cycle where latency does not matter (after a tick or
 // a configuration): it allocates garbage until the assists the
