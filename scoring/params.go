@@ -51,8 +51,8 @@ type Params struct {
 	// request's prefill and adapter load add to the generations running on
 	// the chosen replica, which wait for the steps that carry the prefill
 	// (chunked prefill shares every step with the batch), scaled by how
-	// busy the fleet is. 0 ignores the generations; default 0.25
-	// (externalSec, TestStallSpreadsPrefills).
+	// full its KV cache is and how busy the fleet is. 0 ignores the
+	// generations; default 0.25 (externalSec, TestStallSpreadsPrefills).
 	StallWeight float64
 	// RateWindow is the time constant of the routers' dispatch rates the
 	// externality uses (default 10s: long enough to average a burst, short

@@ -224,6 +224,10 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		w := qN*h.PrefillFixedSec + qTok*h.PrefillSecPerToken + pendingSec
 		onReplica := qN + float64(accDecodeN+foreignRunning)
 		decoding := float64(accDecodeN + foreignRunning)
+		// kvUsage.
+		usage := r.KVUsage
+		usage = selF(!(usage <= 1), usage, 1) // NaN counts as full
+		usage = selF(usage < 0, usage, 0)
 		hold := 0.0
 		if batch := accDecodeN + foreignRunning; batch > 0 {
 			b := float64(batch)
@@ -244,9 +248,6 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 			w += step/2 + steps*b*h.DecodeStepSecPerSeq
 			// admissionSec.
 			kvCap := float64(r.kvCapacity())
-			usage := r.KVUsage
-			usage = selF(!(usage <= 1), usage, 1) // NaN counts as full
-			usage = selF(usage < 0, usage, 0)
 			growth := selF(b*k.ownOut < decodeTok, decodeTok, b*k.ownOut)
 			kvNeed := usage*kvCap + float64(accUnseenTokens) + uncached + growth + k.ownOut
 			kvFull := b2u(kvCap > 0) & b2u(kvNeed > kvCap)
@@ -293,7 +294,7 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 			work := c.AdapterSec + c.PrefillSec
 			ext := (lam*c.TotalSec()*k.busy+held)*work + onReplica*c.AdapterSec
 			ext += t.reloadSec * (1 + onReplica)
-			ext += p.StallWeight * k.load * decoding * work
+			ext += p.StallWeight * k.load * usage * decoding * work
 			c.ExternalSec = p.ExternalityWeight * ext
 		}
 

@@ -1317,14 +1317,15 @@ func TestBusyFactor(t *testing.T) {
 }
 
 // TestStallSpreadsPrefills: two replicas that differ only in how many
-// generations run there: under load, the prefill goes where fewer of them
-// wait for its steps, by s · ρ · (B_a − B_b) · P; with no load the term is
-// zero and the rule is the greedy one.
+// generations run there (and the KV they hold): under load, the prefill
+// goes where fewer of them wait for its steps, by s · ρ · u · B · P per
+// replica; with no load the term is zero and the rule is the greedy one.
 func TestStallSpreadsPrefills(t *testing.T) {
 	now := 100 * sec
 	p := exactParams()
 	rs := fleet("h100", 2, now)
 	rs[0].RunningRequests, rs[1].RunningRequests = 20, 120
+	rs[0].KVUsage, rs[1].KVUsage = 0.2, 0.8
 	h := &rs[0].Hardware
 	req := Request{PromptTokens: 4000, Chain: []uint64{3}}
 	for _, tc := range []struct {
@@ -1342,7 +1343,7 @@ func TestStallSpreadsPrefills(t *testing.T) {
 			load := tc.rate * h.PrefillSeconds(p.DefaultPromptTokens)
 			for _, c := range d.Top[:d.NumTop] {
 				busy := busyFactor(load)
-				want := tc.rate*c.TotalSec()*busy*c.PrefillSec + p.StallWeight*load*float64(rs[c.Index].RunningRequests)*c.PrefillSec
+				want := tc.rate*c.TotalSec()*busy*c.PrefillSec + p.StallWeight*load*rs[c.Index].KVUsage*float64(rs[c.Index].RunningRequests)*c.PrefillSec
 				if math.Abs(c.ExternalSec-want) > 1e-9*max(1, want) {
 					t.Errorf("replica %d ExternalSec = %v, want %v", c.Index, c.ExternalSec, want)
 				}
