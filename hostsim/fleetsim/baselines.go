@@ -315,8 +315,8 @@ func (p *dynamoRouter) Pick(_ time.Duration, req *Request, _ int) Decision {
 
 // ---- oracle ----
 
-// oracle is gpuroute's rule ETTFT = W + A + P(n − k) (docs/design.md, "The decision"), run by
-// scoring.Pick itself, on exact, fresh state: every request's true
+// oracle is gpuroute's rule ETTFT = W + A + P(n − k) (docs/design.md,
+// "The decision"), run by scoring.Pick itself, on exact, fresh state: every request's true
 // remaining prompt and output tokens as the work of the replica (PeerWork,
 // so nothing is "foreign" and estimated from means), the replica's actual
 // prefix cache, free KV, batch limit and adapter tier, the scoring.Hardware
@@ -328,10 +328,9 @@ func (p *dynamoRouter) Pick(_ time.Duration, req *Request, _ int) Decision {
 // recorded: the exact work is in PeerWork) but what the rule prices from
 // the router's history: the adapters sent to each replica and their send
 // rates (the reloads a send causes, scoring.Pick's LRU model) and the
-// dispatch rate (the externality's λ). Without it the oracle ran a
+// dispatch rate (the externality's λ). Without it the oracle would run a
 // different rule on LoRA fleets, one that prices a load but not the
-// reloads it causes, and trailed gpuroute there (lora, seeds 1–3 pooled:
-// TTFT mean 2.62 s against 0.75).
+// reloads it causes (TestOracleLoRA).
 type oracle struct {
 	f      *Fleet
 	params scoring.Params
