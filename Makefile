@@ -48,6 +48,7 @@ CHROMIUM ?= /usr/bin/chromium
 e2e-browser: wasm ## the gateway's fleet page in headless Chromium under load, with a screenshot check (installs chromium, node required)
 	@test -x $(CHROMIUM) || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 	GPUROUTE_WASM=$(CURDIR)/$(WASM) GPUROUTE_E2E_BROWSER=1 GPUROUTE_E2E_SCREENSHOT=$(CURDIR)/build/fleet.png $(GO) test -count=1 -run '^TestE2EBrowser' -v ./hostsim/gateway/
+
 # The load generator (hostsim/cmd/gpuroute-load) over real HTTP: the local
 # gateway running the module against round-robin and least-request proxies
 # on the same simulated replicas, two runs each, fresh replicas per run.
