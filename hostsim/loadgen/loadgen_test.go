@@ -31,7 +31,7 @@ func replicas(t *testing.T, n int, scale float64) []string {
 // replicas answer, the prompts' shared system prompts hit the replicas'
 // caches, and the counts past the warm-up are the workload's.
 func TestRunThroughProxies(t *testing.T) {
-	const scale = 0.02
+	const scale = 0.05
 	w, err := fleetsim.Generate("few-prefixes", fleetsim.WorkloadOptions{Seed: 1, Duration: 80 * time.Second})
 	if err != nil {
 		t.Fatal(err)
