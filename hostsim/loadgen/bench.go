@@ -142,7 +142,9 @@ func benchOne(ctx context.Context, w *fleetsim.Workload, seed int64, o *BenchOpt
 		defer stop()
 		front = base
 	case name == TargetGPURoute:
-		cfg, err := gateway.PluginConfig(specs, gateway.ConfigOptions{TickMillis: 100})
+		// The gateway's 100 ms tick, in the replicas' time: a run at time
+		// scale 0.25 scrapes every 25 ms of wall time.
+		cfg, err := gateway.PluginConfig(specs, gateway.ConfigOptions{TickMillis: max(int(100*o.TimeScale+0.5), 1)})
 		if err != nil {
 			return nil, err
 		}
