@@ -43,8 +43,9 @@ func ParsePeer(v string) (Peer, error) {
 
 // BenchOptions configure Bench. Zero fields take the defaults given.
 type BenchOptions struct {
-	// Replicas simulated replicas (default 4) of Hardware (default "l4"),
-	// their model TimeScale times real time (default 0.25).
+	// Replicas simulated replicas (default 4) of Hardware (default: the
+	// workload's fleet, fleetsim.Workload.Hardware, else "h100"), their
+	// model TimeScale times real time (default 0.25).
 	Replicas  int
 	Hardware  string
 	TimeScale float64
@@ -77,7 +78,10 @@ type BenchResult struct {
 func Bench(ctx context.Context, w *fleetsim.Workload, seed int64, o BenchOptions) ([]BenchResult, error) {
 	o.Replicas = max(o.Replicas, 1)
 	if o.Hardware == "" {
-		o.Hardware = "l4"
+		o.Hardware = "h100"
+		if reps, err := fleetsim.ParseHardware(w.Hardware, 0); err == nil && len(reps) > 0 {
+			o.Hardware = reps[0].Hardware.Name
+		}
 	}
 	if o.TimeScale <= 0 {
 		o.TimeScale = 0.25

@@ -173,7 +173,7 @@ func bench(ctx context.Context, args []string) error {
 	l.flags(fs, "few-prefixes")
 	var o loadgen.BenchOptions
 	fs.IntVar(&o.Replicas, "replicas", 4, "simulated replicas")
-	fs.StringVar(&o.Hardware, "hardware", "l4", "their hardware profile")
+	fs.StringVar(&o.Hardware, "hardware", "", "their hardware profile (default: the workload's)")
 	fs.Float64Var(&o.TimeScale, "time-scale", 0.25, "their modelled seconds per wall second, and the load's")
 	fs.IntVar(&o.Runs, "runs", 2, "runs per target and workload (fresh replicas each)")
 	fs.IntVar(&o.Workers, "workers", 2, "gpuroute gateway worker VMs")
@@ -245,8 +245,12 @@ func bench(ctx context.Context, args []string) error {
 		for t := range len(byTarget) {
 			p.Results = append(p.Results, loadgen.Pool(byTarget[t]))
 		}
+		hw := o.Hardware
+		if hw == "" {
+			hw = "the workload's"
+		}
 		fmt.Fprintf(stdout, "\n== %s: %d runs × %d seeds per target, %d × %s simulated replicas at time scale %g\n",
-			name, o.Runs, max(l.seeds, 1), o.Replicas, o.Hardware, o.TimeScale)
+			name, o.Runs, max(l.seeds, 1), o.Replicas, hw, o.TimeScale)
 		base := ""
 		if len(p.Results) > 0 {
 			base = p.Results[0].Label
