@@ -92,6 +92,18 @@ func (w *Workload) SteadyFrom() time.Duration {
 	return first + (last-first)/5
 }
 
+// SteadyRequests returns how many of w's requests arrive after the
+// warm-up (at or after SteadyFrom).
+func (w *Workload) SteadyRequests() int {
+	n, from := 0, w.SteadyFrom()
+	for _, r := range w.Requests {
+		if r.Arrival >= from {
+			n++
+		}
+	}
+	return n
+}
+
 func (s *sim) result(wall time.Duration) *Result {
 	res := &Result{Load: s.load, LoadEvery: s.cfg.LoadSampleEvery, Events: s.events, Wall: wall, SimTime: s.now}
 	sum := &res.Summary

@@ -100,12 +100,7 @@ func TestSteadyResult(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		after := 0
-		for _, r := range w.Requests {
-			if r.Arrival >= w.SteadyFrom() {
-				after++
-			}
-		}
+		after := w.SteadyRequests()
 		st := res.Summary.Steady
 		if st == nil || st.Completed+st.Failed != after || after == 0 || after == len(w.Requests) {
 			t.Fatalf("seed %d: steady = %+v, want %d requests of %d", seed, st, after, len(w.Requests))

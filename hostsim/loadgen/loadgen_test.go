@@ -36,12 +36,7 @@ func TestRunThroughProxies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	after := 0
-	for _, r := range w.Requests {
-		if r.Arrival >= w.SteadyFrom() {
-			after++
-		}
-	}
+	after := w.SteadyRequests()
 	for _, policy := range []string{ProxyRoundRobin, ProxyLeastRequest} {
 		t.Run(policy, func(t *testing.T) {
 			ups := replicas(t, 2, scale)
