@@ -56,6 +56,9 @@ type BenchOptions struct {
 	Peers   []Peer
 	WASM    []byte
 	Workers int
+	// TickMillis is the gateway's tick_ms (default 100 × TimeScale: the
+	// local gateway's 100 ms in the replicas' time).
+	TickMillis int
 	// Runs is how many times each target runs each load (default 2),
 	// targets interleaved run by run; every run gets fresh replicas.
 	Runs int
@@ -146,9 +149,11 @@ func benchOne(ctx context.Context, w *fleetsim.Workload, seed int64, o *BenchOpt
 		defer stop()
 		front = base
 	case name == TargetGPURoute:
-		// The gateway's 100 ms tick, in the replicas' time: a run at time
-		// scale 0.25 scrapes every 25 ms of wall time.
-		cfg, err := gateway.PluginConfig(specs, gateway.ConfigOptions{TickMillis: max(int(100*o.TimeScale+0.5), 1)})
+		tick := o.TickMillis
+		if tick <= 0 {
+			tick = max(int(100*o.TimeScale+0.5), 1)
+		}
+		cfg, err := gateway.PluginConfig(specs, gateway.ConfigOptions{TickMillis: tick})
 		if err != nil {
 			return nil, err
 		}

@@ -177,6 +177,7 @@ func bench(ctx context.Context, args []string) error {
 	fs.Float64Var(&o.TimeScale, "time-scale", 0.25, "their modelled seconds per wall second, and the load's")
 	fs.IntVar(&o.Runs, "runs", 2, "runs per target and workload (fresh replicas each)")
 	fs.IntVar(&o.Workers, "workers", 2, "gpuroute gateway worker VMs")
+	fs.IntVar(&o.TickMillis, "tick-ms", 0, "gpuroute gateway tick_ms (default: 100 ms in the replicas' time, 100 × --time-scale)")
 	targets := fs.String("targets", "gpuroute,round-robin,least-request", "in-process targets")
 	wasmPath := fs.String("wasm", "build/gpuroute.wasm", "plugin module for the gpuroute target")
 	jsonPath := fs.String("json", "", "write the pooled reports as JSON to this file")
