@@ -51,8 +51,10 @@ e2e-browser: wasm ## the gateway's fleet page in headless Chromium under load, w
 
 # The load generator (hostsim/cmd/gpuroute-load) over real HTTP: the local
 # gateway running the module against round-robin and least-request proxies
-# on the same simulated replicas, two runs each, fresh replicas per run.
-LOAD_BENCH_ARGS ?= --workload few-prefixes,shared-prefix --runs 2 --time-scale 0.25
+# on the same simulated replicas, two runs each, fresh replicas per run. In
+# real time: the plugin prices its costs in real seconds, so replicas run
+# faster than the modelled GPUs (--time-scale below 1) mislead it.
+LOAD_BENCH_ARGS ?= --workload few-prefixes,shared-prefix --runs 2 --time-scale 1
 load-bench: wasm ## gateway vs round-robin and least-request over real HTTP (build/load-bench.*)
 	$(GO) run ./hostsim/cmd/gpuroute-load bench $(LOAD_BENCH_ARGS) --json build/load-bench.json --out build/load-bench.txt
 

@@ -45,7 +45,10 @@ func ParsePeer(v string) (Peer, error) {
 type BenchOptions struct {
 	// Replicas simulated replicas (default 4) of Hardware (default: the
 	// workload's fleet, fleetsim.Workload.Hardware, else "h100"), their
-	// model TimeScale times real time (default 0.25).
+	// model TimeScale times real time (default 1). Below 1 the replicas run
+	// faster than the hardware profiles gpuroute prices them with, and its
+	// rates and externality are in wall seconds: its figures are then not
+	// the simulator's.
 	Replicas  int
 	Hardware  string
 	TimeScale float64
@@ -87,7 +90,7 @@ func Bench(ctx context.Context, w *fleetsim.Workload, seed int64, o BenchOptions
 		}
 	}
 	if o.TimeScale <= 0 {
-		o.TimeScale = 0.25
+		o.TimeScale = 1
 	}
 	o.Runs = max(o.Runs, 1)
 	if o.StartTimeout <= 0 {

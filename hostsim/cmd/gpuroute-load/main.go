@@ -174,7 +174,7 @@ func bench(ctx context.Context, args []string) error {
 	var o loadgen.BenchOptions
 	fs.IntVar(&o.Replicas, "replicas", 4, "simulated replicas")
 	fs.StringVar(&o.Hardware, "hardware", "", "their hardware profile (default: the workload's)")
-	fs.Float64Var(&o.TimeScale, "time-scale", 0.25, "their modelled seconds per wall second, and the load's")
+	fs.Float64Var(&o.TimeScale, "time-scale", 1, "wall seconds per modelled second for the replicas and the load (below 1 misleads gpuroute, which prices in real seconds)")
 	fs.IntVar(&o.Runs, "runs", 2, "runs per target and workload (fresh replicas each)")
 	fs.IntVar(&o.Workers, "workers", 2, "gpuroute gateway worker VMs")
 	fs.IntVar(&o.TickMillis, "tick-ms", 0, "gpuroute gateway tick_ms (default: 100 ms in the replicas' time, 100 × --time-scale)")
