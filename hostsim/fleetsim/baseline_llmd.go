@@ -29,7 +29,8 @@ import (
 //     uncached tokens on the pod wins (score 1 − min(1, tokens /
 //     4,194,304)), max-score picker, random among equal scores.
 //
-// explorationProbability is 0 by default and left out.
+// explorationProbability is 0 by default and left out. TestLLMDStickyPick,
+// TestLLMDStickyPartialMatch and TestLLMDStickyInFlight hold the rule.
 type llmdSticky struct {
 	l       local
 	idx     []*blockLRU

@@ -25,7 +25,7 @@ import (
 // The tree is approximated by 64-character block hashes per worker in an
 // LRU bounded by max_tree_size (2^26 characters); equal matches on several
 // trees go to one of them at random (the tree keeps several tenants per
-// node and returns one).
+// node and returns one). TestSGLangPick holds the rule.
 type sglangRouter struct {
 	l   local
 	idx []*blockLRU

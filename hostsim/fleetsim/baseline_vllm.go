@@ -20,6 +20,7 @@ import (
 // The trie is held as the chained hashes of the chunks (a node is its
 // path), each with the set of replicas; the final partial chunk, which a
 // prompt shares only with an identical one, is left out.
+// TestVLLMPrefixAwarePick holds the rule.
 type vllmPrefixAware struct {
 	l     local
 	tc    textChain
