@@ -31,6 +31,12 @@ type Summary struct {
 	Seeds             int       `json:"seeds,omitempty"`
 	TTFTMeanBySeedSec []float64 `json:"ttft_mean_by_seed_s,omitempty"`
 	TTFTP99BySeedSec  []float64 `json:"ttft_p99_by_seed_s,omitempty"`
+	// Steady is the same figures over the requests that arrived after the
+	// workload's warm-up (Workload.SteadyFrom): its prefix hit rate is the
+	// requests' own (cached prompt tokens at their first admission over
+	// their prompt tokens), Migrated counts requests, and the adapter
+	// loads and drains, which belong to no request, are left out.
+	Steady *Summary `json:"steady,omitempty"`
 }
 
 // DrainSummary describes the drains of a run: the configured deadline, the
@@ -65,29 +71,44 @@ type Result struct {
 	// summary's rates come from, kept so Pool can weigh runs correctly.
 	PrefixQueries, PrefixHits, OutputTokens int64
 	Span                                    time.Duration
+	// Steady is the result over the requests that arrived after the
+	// warm-up (nil inside a Steady).
+	Steady *Result
+}
+
+// SteadyFrom returns the arrival time from which w's requests are past
+// the warm-up: the first arrival plus WarmUp, or, for a workload that
+// declares none (traces), plus a fifth of the span from the first arrival
+// to the last. It depends on the workload only, so every policy's steady
+// figures cover the same requests.
+func (w *Workload) SteadyFrom() time.Duration {
+	if len(w.Requests) == 0 {
+		return 0
+	}
+	first, last := w.Requests[0].Arrival, w.Requests[len(w.Requests)-1].Arrival
+	if w.WarmUp > 0 {
+		return first + w.WarmUp
+	}
+	return first + (last-first)/5
+}
+
+// SteadyRequests returns how many of w's requests arrive after the
+// warm-up (at or after SteadyFrom).
+func (w *Workload) SteadyRequests() int {
+	n, from := 0, w.SteadyFrom()
+	for _, r := range w.Requests {
+		if r.Arrival >= from {
+			n++
+		}
+	}
+	return n
 }
 
 func (s *sim) result(wall time.Duration) *Result {
 	res := &Result{Load: s.load, LoadEvery: s.cfg.LoadSampleEvery, Events: s.events, Wall: wall, SimTime: s.now}
 	sum := &res.Summary
 	sum.Policy = s.p.Name()
-	var first, last time.Duration = -1, 0
-	for i := range s.states {
-		st := &s.states[i]
-		if first < 0 || st.req.Arrival < first {
-			first = st.req.Arrival
-		}
-		if st.done {
-			sum.Completed++
-			res.TTFTSec = append(res.TTFTSec, (st.firstAt - st.req.Arrival).Seconds())
-			res.E2ESec = append(res.E2ESec, (st.doneAt - st.req.Arrival).Seconds())
-			res.OutputTokens += int64(st.req.output)
-			last = max(last, st.doneAt)
-		} else {
-			sum.Failed++
-		}
-	}
-	res.Span = max(last-first, 0)
+	s.collect(res, 0)
 	for _, r := range s.f.replicas {
 		res.PrefixQueries += r.prefixQueries
 		res.PrefixHits += r.prefixHits
@@ -107,8 +128,48 @@ func (s *sim) result(wall time.Duration) *Result {
 		}
 		sum.Drain.FinishedSec = max(sum.Drain.FinishedSec, (end - d.start).Seconds())
 	}
+	res.Steady = &Result{}
+	res.Steady.Summary.Policy = sum.Policy
+	s.collect(res.Steady, s.w.SteadyFrom())
+	for i := range s.states {
+		st := &s.states[i]
+		if st.req.Arrival >= s.w.SteadyFrom() {
+			res.Steady.PrefixQueries += int64(st.req.PromptTokens)
+			res.Steady.PrefixHits += int64(st.cachedTokens)
+			if st.migrated > 0 {
+				res.Steady.Summary.Migrated++
+			}
+		}
+	}
 	res.summarize()
 	return res
+}
+
+// collect adds the outcomes of the requests that arrived at or after from
+// to res: latencies, completed and failed counts, output tokens and the
+// span from their first arrival to their last completion.
+func (s *sim) collect(res *Result, from time.Duration) {
+	sum := &res.Summary
+	var first, last time.Duration = -1, 0
+	for i := range s.states {
+		st := &s.states[i]
+		if st.req.Arrival < from {
+			continue
+		}
+		if first < 0 || st.req.Arrival < first {
+			first = st.req.Arrival
+		}
+		if st.done {
+			sum.Completed++
+			res.TTFTSec = append(res.TTFTSec, (st.firstAt - st.req.Arrival).Seconds())
+			res.E2ESec = append(res.E2ESec, (st.doneAt - st.req.Arrival).Seconds())
+			res.OutputTokens += int64(st.req.output)
+			last = max(last, st.doneAt)
+		} else {
+			sum.Failed++
+		}
+	}
+	res.Span = max(last-first, 0)
 }
 
 // summarize sorts the latencies and derives the summary's distribution
@@ -131,6 +192,11 @@ func (res *Result) summarize() {
 	if res.PrefixQueries > 0 {
 		sum.PrefixHitRate = float64(res.PrefixHits) / float64(res.PrefixQueries)
 	}
+	sum.Steady = nil
+	if res.Steady != nil {
+		res.Steady.summarize()
+		sum.Steady = &res.Steady.Summary
+	}
 }
 
 // Pool merges one policy's runs of the same workload under different seeds
@@ -147,6 +213,9 @@ func Pool(runs []*Result) *Result {
 	}
 	first := runs[0]
 	out := &Result{Load: first.Load, LoadEvery: first.LoadEvery}
+	if steady := steadyOf(runs); steady != nil {
+		out.Steady = Pool(steady)
+	}
 	sum := &out.Summary
 	sum.Policy = first.Summary.Policy
 	sum.Seeds = len(runs)
@@ -176,6 +245,18 @@ func Pool(runs []*Result) *Result {
 		sum.TTFTP99BySeedSec = append(sum.TTFTP99BySeedSec, s.TTFTP99Sec)
 	}
 	out.summarize()
+	return out
+}
+
+// steadyOf returns the runs' Steady results, nil unless every run has one.
+func steadyOf(runs []*Result) []*Result {
+	out := make([]*Result, 0, len(runs))
+	for _, r := range runs {
+		if r.Steady == nil {
+			return nil
+		}
+		out = append(out, r.Steady)
+	}
 	return out
 }
 
