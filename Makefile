@@ -12,7 +12,7 @@ LONGTIMEOUT ?= 30m
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 .DEFAULT_GOAL := help
-.PHONY: help wasm test test-long demo bench fuzz lint clean e2e e2e-browser
+.PHONY: help wasm test test-long demo bench fuzz lint clean e2e e2e-browser load-bench peers-bench
 
 help: ## list targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -48,6 +48,33 @@ CHROMIUM ?= /usr/bin/chromium
 e2e-browser: wasm ## the gateway's fleet page in headless Chromium under load, with a screenshot check (installs chromium, node required)
 	@test -x $(CHROMIUM) || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 	GPUROUTE_WASM=$(CURDIR)/$(WASM) GPUROUTE_E2E_BROWSER=1 GPUROUTE_E2E_SCREENSHOT=$(CURDIR)/build/fleet.png $(GO) test -count=1 -run '^TestE2EBrowser' -v ./hostsim/gateway/
+
+# The load generator (hostsim/cmd/gpuroute-load) over real HTTP: the local
+# gateway running the module against round-robin and least-request proxies
+# on the same simulated replicas, two runs each, fresh replicas per run. In
+# real time: the plugin prices its costs in real seconds, so replicas run
+# faster than the modelled GPUs (--time-scale below 1) mislead it.
+LOAD_BENCH_ARGS ?= --workload few-prefixes,shared-prefix --runs 2 --time-scale 1
+load-bench: wasm ## gateway vs round-robin and least-request over real HTTP (build/load-bench.*)
+	$(GO) run ./hostsim/cmd/gpuroute-load bench $(LOAD_BENCH_ARGS) --json build/load-bench.json --out build/load-bench.txt
+
+# The real peer routers from PyPI (pinned in hostsim/peersbench/requirements.txt,
+# installed into build/peers-venv) beside gpuroute's gateway and the two
+# reference proxies, in front of the same simulated replicas.
+PEERS_VENV   := build/peers-venv
+PEERS_REQ    := hostsim/peersbench/requirements.txt
+PEERS_PYTHON ?= $(firstword $(shell command -v python3.13 python3.12) $(wildcard $(HOME)/.pyenv/versions/3.1[23]*/bin/python3))
+$(PEERS_VENV)/.installed: $(PEERS_REQ)
+	@test -n "$(PEERS_PYTHON)" || { echo "peers-bench needs Python >= 3.12 (set PEERS_PYTHON)"; exit 1; }
+	$(PEERS_PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/pip install -q -r $(PEERS_REQ)
+	touch $@
+
+peers-bench: wasm $(PEERS_VENV)/.installed ## SGLang's and vLLM's routers from PyPI beside gpuroute on the same replicas (opt-in; build/peers-bench.*)
+	@$(PEERS_VENV)/bin/pip freeze | grep -E '^(sglang-router|vllm-router|inference-perf)==' > build/peers-bench.versions; cat build/peers-bench.versions
+	$(GO) run ./hostsim/cmd/gpuroute-load bench $(LOAD_BENCH_ARGS) --json build/peers-bench.json --out build/peers-bench.txt \
+	  --peer 'sglang=$(PEERS_VENV)/bin/python -m sglang_router.launch_router --host 127.0.0.1 --port {port} --worker-startup-check-interval 1 --worker-urls {workers}' \
+	  --peer 'vllm-router=$(PEERS_VENV)/bin/vllm-router --host 127.0.0.1 --port {port} --worker-startup-check-interval 1 --worker-urls {workers}'
 
 bench: wasm ## run benchmarks (opt-in; not part of make test)
 	GPUROUTE_WASM=$(CURDIR)/$(WASM) $(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...

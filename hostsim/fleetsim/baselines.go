@@ -117,6 +117,21 @@ func (l *local) argmin(cost func(i int) float64) int {
 	return best
 }
 
+// firstLeast returns the eligible replica with the lowest cost, the first
+// of equals (a router scanning its worker list in order); -1 if none.
+func (l *local) firstLeast(cost func(i int) float64) int {
+	best := -1
+	bc := math.Inf(1)
+	for i := 0; i < l.f.Len(); i++ {
+		if l.eligible(i) {
+			if c := cost(i); best < 0 || c < bc {
+				best, bc = i, c
+			}
+		}
+	}
+	return best
+}
+
 func pickOr503(i int) Decision {
 	if i < 0 {
 		return Reject(503)
@@ -268,155 +283,6 @@ func (p *alwaysWarm) Pick(_ time.Duration, req *Request, _ int) Decision {
 	return Route(best)
 }
 
-// ---- llm-d ----
-
-// llmD is the llm-d / Gateway API Inference Extension default scheduling
-// profile: weighted scorers summed, the highest total wins (max-score picker,
-// random among ties). Scorers as defined in gateway-api-inference-extension
-// pkg/epp/scheduling/framework/plugins: prefix-cache scorer = matched blocks ÷
-// request blocks from an approximate per-pod index of 64-character block
-// hashes kept in an LRU of 31,250 blocks per pod (LRUCapacityPerServer), fed
-// with each request's blocks on the chosen pod; queue scorer = min-max
-// normalized waiting queue (shortest 1, longest 0, all equal 1); KV-cache
-// utilization scorer = 1 − kv_cache_usage_perc. Weights prefix 3, queue 2,
-// KV 2 (llm-d inference-scheduling guide; DESIGN.md §6). Metrics come from
-// the last scrape (refresh every 50 ms).
-type llmD struct {
-	l   local
-	idx []*blockLRU
-	tc  textChain
-	sc  []float64
-}
-
-// llm-d defaults (DESIGN.md §6).
-const (
-	llmdPrefixWeight    = 3
-	llmdQueueWeight     = 2
-	llmdKVWeight        = 2
-	llmdBlockChars      = 64
-	llmdLRUBlocksPerPod = 31250
-)
-
-func newLLMD(o PolicyOptions) *llmD { return &llmD{} }
-
-func (p *llmD) Name() string          { return "llm-d" }
-func (p *llmD) Advance(time.Duration) {}
-func (p *llmD) Observe(ev *Event)     {}
-func (p *llmD) Start(f *Fleet) error {
-	p.l.start(f, 4)
-	p.idx = make([]*blockLRU, f.Len())
-	for i := range p.idx {
-		p.idx[i] = newBlockLRU(llmdLRUBlocksPerPod)
-	}
-	p.sc = make([]float64, f.Len())
-	return nil
-}
-func (p *llmD) Pick(_ time.Duration, req *Request, _ int) Decision {
-	ch := p.tc.chain(req, llmdBlockChars)
-	minQ, maxQ := math.MaxInt, math.MinInt
-	for i := 0; i < p.l.f.Len(); i++ {
-		if p.l.eligible(i) {
-			q := p.l.f.Scrape(i).Waiting
-			minQ, maxQ = min(minQ, q), max(maxQ, q)
-		}
-	}
-	best := p.l.argmin(func(i int) float64 {
-		s := p.l.f.Scrape(i)
-		prefix := 0.0
-		if len(ch) > 0 {
-			prefix = float64(p.idx[i].match(ch)) / float64(len(ch))
-		}
-		queue := 1.0
-		if maxQ != minQ {
-			queue = float64(maxQ-s.Waiting) / float64(maxQ-minQ)
-		}
-		kv := 1 - s.KVUsage
-		return -(llmdPrefixWeight*prefix + llmdQueueWeight*queue + llmdKVWeight*kv)
-	})
-	if best >= 0 {
-		p.idx[best].touchAll(ch)
-	}
-	return pickOr503(best)
-}
-
-// ---- sglang ----
-
-// sglangRouter is SGLang router's cache_aware policy (sgl-project/sglang
-// sgl-router, policies/cache_aware): per worker, an approximate radix tree of
-// the prompt text sent there; if the load is imbalanced — max − min >
-// balance_abs_threshold (32) and max > balance_rel_threshold (1.1) × min,
-// load being the router's count of running requests — go to the least loaded
-// worker; otherwise to the worker with the longest prefix match if the match
-// covers more than cache_threshold (0.5) of the prompt, else to the worker
-// with the smallest tree. The chosen worker's tree gets the prompt. Here the
-// tree is approximated by 64-character block hashes with an LRU bound of
-// 2^24 characters per worker.
-type sglangRouter struct {
-	l   local
-	idx []*blockLRU
-	tc  textChain
-}
-
-// SGLang router defaults (DESIGN.md §6).
-const (
-	sglCacheThreshold = 0.5
-	sglBalanceAbs     = 32
-	sglBalanceRel     = 1.1
-	sglBlockChars     = 64
-	sglMaxTreeChars   = 1 << 24
-)
-
-func newSGLang(o PolicyOptions) *sglangRouter { return &sglangRouter{} }
-
-func (p *sglangRouter) Name() string          { return "sglang" }
-func (p *sglangRouter) Advance(time.Duration) {}
-func (p *sglangRouter) Observe(ev *Event)     { p.l.observe(ev) }
-func (p *sglangRouter) Start(f *Fleet) error {
-	p.l.start(f, 5)
-	p.idx = make([]*blockLRU, f.Len())
-	for i := range p.idx {
-		p.idx[i] = newBlockLRU(sglMaxTreeChars / sglBlockChars)
-	}
-	return nil
-}
-func (p *sglangRouter) Pick(_ time.Duration, req *Request, _ int) Decision {
-	ch := p.tc.chain(req, sglBlockChars)
-	minL, maxL := math.MaxInt, math.MinInt
-	for i := 0; i < p.l.f.Len(); i++ {
-		if p.l.eligible(i) {
-			minL, maxL = min(minL, p.l.inflight[i]), max(maxL, p.l.inflight[i])
-		}
-	}
-	var best int
-	switch {
-	case minL == math.MaxInt:
-		return Reject(503)
-	case maxL-minL > sglBalanceAbs && float64(maxL) > sglBalanceRel*float64(minL):
-		best = p.l.argmin(func(i int) float64 { return float64(p.l.inflight[i]) })
-	default:
-		bm := -1
-		best = -1
-		for i := 0; i < p.l.f.Len(); i++ {
-			if p.l.eligible(i) {
-				if m := p.idx[i].match(ch); m > bm {
-					best, bm = i, m
-				}
-			}
-		}
-		rate := 0.0
-		if c := req.PromptChars(); c > 0 {
-			rate = float64(bm*sglBlockChars) / float64(c)
-		}
-		if rate <= sglCacheThreshold {
-			best = p.l.argmin(func(i int) float64 { return float64(p.idx[i].len()) })
-		}
-	}
-	if best >= 0 {
-		p.idx[best].touchAll(ch)
-	}
-	return pickOr503(best)
-}
-
 // ---- dynamo ----
 
 // dynamoRouter is NVIDIA Dynamo's KV router (docs.nvidia.com/dynamo, "KV
@@ -449,8 +315,8 @@ func (p *dynamoRouter) Pick(_ time.Duration, req *Request, _ int) Decision {
 
 // ---- oracle ----
 
-// oracle is gpuroute's rule ETTFT = W + A + P(n − k) (DESIGN.md §1), run by
-// scoring.Pick itself, on exact, fresh state: every request's true
+// oracle is gpuroute's rule ETTFT = W + A + P(n − k) (docs/design.md,
+// "The decision"), run by scoring.Pick itself, on exact, fresh state: every request's true
 // remaining prompt and output tokens as the work of the replica (PeerWork,
 // so nothing is "foreign" and estimated from means), the replica's actual
 // prefix cache, free KV, batch limit and adapter tier, the scoring.Hardware
@@ -462,10 +328,9 @@ func (p *dynamoRouter) Pick(_ time.Duration, req *Request, _ int) Decision {
 // recorded: the exact work is in PeerWork) but what the rule prices from
 // the router's history: the adapters sent to each replica and their send
 // rates (the reloads a send causes, scoring.Pick's LRU model) and the
-// dispatch rate (the externality's λ). Without it the oracle ran a
+// dispatch rate (the externality's λ). Without it the oracle would run a
 // different rule on LoRA fleets, one that prices a load but not the
-// reloads it causes, and trailed gpuroute there (lora, seeds 1–3 pooled:
-// TTFT mean 2.62 s against 0.75).
+// reloads it causes (TestOracleLoRA).
 type oracle struct {
 	f      *Fleet
 	params scoring.Params

@@ -169,15 +169,17 @@ func NewPolicy(name string, o PolicyOptions) (Policy, error) {
 
 // BaselineNames lists the built-in baselines in report order.
 var BaselineNames = []string{"round-robin", "least-request", "least-tokens", "always-warm",
-	"llm-d", "sglang", "dynamo", "oracle"}
+	"llm-d", "llm-d-322", "sglang", "vllm-prefixaware", "dynamo", "oracle"}
 
 func init() {
 	Register("round-robin", func(o PolicyOptions) (Policy, error) { return newRoundRobin(o), nil })
 	Register("least-request", func(o PolicyOptions) (Policy, error) { return &leastRequest{}, nil })
 	Register("least-tokens", func(o PolicyOptions) (Policy, error) { return &leastTokens{}, nil })
 	Register("always-warm", func(o PolicyOptions) (Policy, error) { return newAlwaysWarm(o), nil })
-	Register("llm-d", func(o PolicyOptions) (Policy, error) { return newLLMD(o), nil })
+	Register("llm-d", func(o PolicyOptions) (Policy, error) { return newLLMDSticky(o), nil })
+	Register("llm-d-322", func(o PolicyOptions) (Policy, error) { return newLLMD322(o), nil })
 	Register("sglang", func(o PolicyOptions) (Policy, error) { return newSGLang(o), nil })
+	Register("vllm-prefixaware", func(o PolicyOptions) (Policy, error) { return newVLLMPrefixAware(o), nil })
 	Register("dynamo", func(o PolicyOptions) (Policy, error) { return newDynamo(o), nil })
 	Register("oracle", func(o PolicyOptions) (Policy, error) { return &oracle{}, nil })
 }

@@ -101,6 +101,11 @@ func (r *Request) AppendPrompt(dst []byte) []byte {
 	return dst
 }
 
+// AppendText appends the segment's text to dst: CharsPerToken bytes per
+// token, the same bytes wherever the segment appears (a load generator
+// sends a shared system prompt as one chat message this way).
+func (s Segment) AppendText(dst []byte) []byte { return appendSegmentText(dst, s.Seed, 0, s.Tokens) }
+
 // AppendCompletionBody appends an OpenAI /v1/completions JSON body for the
 // request to dst (the prompt alphabet needs no escaping).
 func (r *Request) AppendCompletionBody(dst []byte) []byte {

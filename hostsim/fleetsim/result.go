@@ -44,6 +44,12 @@ type Summary struct {
 	Seeds             int       `json:"seeds,omitempty"`
 	TTFTMeanBySeedSec []float64 `json:"ttft_mean_by_seed_s,omitempty"`
 	TTFTP99BySeedSec  []float64 `json:"ttft_p99_by_seed_s,omitempty"`
+	// Steady is the same figures over the requests that arrived after the
+	// workload's warm-up (Workload.SteadyFrom): its prefix hit rate is the
+	// requests' own (cached prompt tokens at their first admission over
+	// their prompt tokens), Migrated counts requests, and the adapter
+	// loads and drains, which belong to no request, are left out.
+	Steady *Summary `json:"steady,omitempty"`
 }
 
 // DrainSummary describes the drains of a run: the configured deadline, the
@@ -83,7 +89,39 @@ type Result struct {
 	HeldSec float64
 	// Classes holds the outcomes per request class (Request.Class).
 	Classes map[string]*Result
+	// Steady is the result over the requests that arrived after the
+	// warm-up (nil inside a Steady).
+	Steady *Result
 }
+
+// SteadyFrom returns the arrival time from which w's requests are past
+// the warm-up: the first arrival plus WarmUp, or, for a workload that
+// declares none (traces), plus a fifth of the span from the first arrival
+// to the last. It depends on the workload only, so every policy's steady
+// figures cover the same requests.
+func (w *Workload) SteadyFrom() time.Duration {
+	if len(w.Requests) == 0 {
+		return 0
+	}
+	first, last := w.Requests[0].Arrival, w.Requests[len(w.Requests)-1].Arrival
+	if w.WarmUp > 0 {
+		return first + w.WarmUp
+	}
+	return first + (last-first)/5
+}
+
+// SteadyRequests returns how many of w's requests arrive after the
+// warm-up (at or after SteadyFrom).
+func (w *Workload) SteadyRequests() int {
+	n, from := 0, w.SteadyFrom()
+	for _, r := range w.Requests {
+		if r.Arrival >= from {
+			n++
+		}
+	}
+	return n
+}
+
 
 func (s *sim) result(wall time.Duration) *Result {
 	res := s.resultOf(func(*reqState) bool { return true })
@@ -122,6 +160,18 @@ func (s *sim) result(wall time.Duration) *Result {
 			res.Classes = map[string]*Result{}
 		}
 		res.Classes[c] = cr
+	}
+	from := s.w.SteadyFrom()
+	res.Steady = s.resultOf(func(st *reqState) bool { return st.req.Arrival >= from })
+	for i := range s.states {
+		st := &s.states[i]
+		if st.req.Arrival >= from {
+			res.Steady.PrefixQueries += int64(st.req.PromptTokens)
+			res.Steady.PrefixHits += int64(st.cachedTokens)
+			if st.migrated > 0 {
+				res.Steady.Summary.Migrated++
+			}
+		}
 	}
 	res.summarize()
 	return res
@@ -196,6 +246,11 @@ func (res *Result) summarize() {
 	if res.HeldN > 0 {
 		sum.HeldMeanSec = res.HeldSec / float64(res.HeldN)
 	}
+	sum.Steady = nil
+	if res.Steady != nil {
+		res.Steady.summarize()
+		sum.Steady = &res.Steady.Summary
+	}
 	sum.Classes = nil
 	for c, cr := range res.Classes {
 		cr.summarize()
@@ -253,6 +308,9 @@ func Pool(runs []*Result) *Result {
 		sum.TTFTMeanBySeedSec = append(sum.TTFTMeanBySeedSec, s.TTFTMeanSec)
 		sum.TTFTP99BySeedSec = append(sum.TTFTP99BySeedSec, s.TTFTP99Sec)
 	}
+	if steady := steadyOf(runs); steady != nil {
+		out.Steady = Pool(steady)
+	}
 	for _, r := range runs {
 		for c := range r.Classes {
 			if out.Classes == nil {
@@ -272,6 +330,19 @@ func Pool(runs []*Result) *Result {
 	out.summarize()
 	return out
 }
+
+// steadyOf returns the runs' Steady results, nil unless every run has one.
+func steadyOf(runs []*Result) []*Result {
+	out := make([]*Result, 0, len(runs))
+	for _, r := range runs {
+		if r.Steady == nil {
+			return nil
+		}
+		out = append(out, r.Steady)
+	}
+	return out
+}
+
 
 func mean(x []float64) float64 {
 	if len(x) == 0 {

@@ -58,3 +58,65 @@ func TestPool(t *testing.T) {
 		t.Errorf("Pool(b) = %p (seeds %d), want b itself (%p), unchanged", one, one.Summary.Seeds, b)
 	}
 }
+
+func TestSteadyFrom(t *testing.T) {
+	at := func(sec ...float64) *Workload {
+		w := &Workload{}
+		for _, s := range sec {
+			w.Requests = append(w.Requests, &Request{Arrival: time.Duration(s * float64(time.Second))})
+		}
+		return w
+	}
+	tests := []struct {
+		name string
+		w    *Workload
+		want time.Duration
+	}{
+		{"declared warm-up counts from the first arrival", func() *Workload { w := at(2, 10, 50); w.WarmUp = 5 * time.Second; return w }(), 7 * time.Second},
+		{"default: a fifth of the arrivals' span", at(10, 20, 60), 20 * time.Second},
+		{"no requests", at(), 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.w.SteadyFrom(); got != tt.want {
+				t.Errorf("SteadyFrom(%d requests, warm-up %v) = %v, want %v", len(tt.w.Requests), tt.w.WarmUp, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestSteadyResult holds the steady figures to the requests past the
+// warm-up: their count, their latencies (a subset of the run's), their own
+// prefix hit rate, pooled across seeds like the whole run's.
+func TestSteadyResult(t *testing.T) {
+	var runs []*Result
+	for seed := int64(1); seed <= 2; seed++ {
+		w, err := Generate("few-prefixes", WorkloadOptions{Seed: seed, Duration: 90 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reps, _ := ParseHardware(w.Hardware, 0)
+		res, err := Run(Config{Replicas: reps}, w, newRoundRobin(PolicyOptions{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		after := w.SteadyRequests()
+		st := res.Summary.Steady
+		if st == nil || st.Completed+st.Failed != after || after == 0 || after == len(w.Requests) {
+			t.Fatalf("seed %d: steady = %+v, want %d requests of %d", seed, st, after, len(w.Requests))
+		}
+		if st.PrefixHitRate <= res.Summary.PrefixHitRate {
+			// A rotation warms every replica in the warm-up: past it, hits
+			// are at least the run's.
+			t.Errorf("seed %d: steady prefix hit rate %.3f, want above the whole run's %.3f", seed, st.PrefixHitRate, res.Summary.PrefixHitRate)
+		}
+		if len(res.Steady.TTFTSec) != st.Completed || res.Steady.TTFTSec[len(res.Steady.TTFTSec)-1] > res.TTFTSec[len(res.TTFTSec)-1] {
+			t.Errorf("seed %d: steady latencies %d (max above the run's), want %d", seed, len(res.Steady.TTFTSec), st.Completed)
+		}
+		runs = append(runs, res)
+	}
+	p := Pool(runs)
+	if st := p.Summary.Steady; st == nil || st.Seeds != 2 || st.Completed != runs[0].Summary.Steady.Completed+runs[1].Summary.Steady.Completed {
+		t.Errorf("Pool(two runs).Steady = %+v, want the two runs' steady requests, 2 seeds", st)
+	}
+}

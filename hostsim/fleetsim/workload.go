@@ -21,6 +21,10 @@ type Workload struct {
 	Hardware string
 	// Source cites where the workload's parameters come from.
 	Source string
+	// WarmUp is the time from the first arrival before which arrivals are
+	// warm-up: the results' Steady figures cover the requests that arrive
+	// later (0: the first fifth of the arrivals' span; see SteadyFrom).
+	WarmUp time.Duration
 }
 
 // ActionKind is a scheduled fleet event.
@@ -87,7 +91,7 @@ type Stage struct {
 }
 
 // WorkloadNames lists the generators.
-var WorkloadNames = []string{"shared-prefix", "multi-turn", "lora", "bimodal", "hetero", "drain", "priority", "fairness"}
+var WorkloadNames = []string{"shared-prefix", "multi-turn", "lora", "bimodal", "hetero", "drain", "few-prefixes", "priority", "fairness"}
 
 // Generate builds the named workload.
 func Generate(name string, o WorkloadOptions) (*Workload, error) {
@@ -107,6 +111,8 @@ func Generate(name string, o WorkloadOptions) (*Workload, error) {
 		w.Source += "; mixed H100/A100/L4 fleet"
 	case "drain":
 		w = drainWorkload(o)
+	case "few-prefixes":
+		w = fewPrefixes(o)
 	case "priority":
 		w = priorityWorkload(o)
 	case "fairness":
@@ -193,6 +199,8 @@ func sharedPrefix(o WorkloadOptions) *Workload {
 	}
 	w := &Workload{Name: "shared-prefix", Hardware: "h100:4",
 		Source: "gateway-api-inference-extension benchmarking/prefix-cache-aware/short-questions__many-system-prompts-values.yaml @1748e829 (groups 150 × 5, system 6000, question 1200, output 1000)"}
+	// The preset's first stage is its warm-up.
+	w.WarmUp = time.Duration(float64(giePrefixStages[0].Duration) * o.TimeScale)
 	for _, at := range arrivals(rng, giePrefixStages, o) {
 		p := rng.IntN(groups * perGroup)
 		g := p / perGroup

@@ -65,7 +65,7 @@ func (r renamed) Name() string { return r.name }
 // kvcache-ai/Mooncake FAST25-release/traces/conversation_trace.jsonl).
 const demoTrace = "testdata/traces/mooncake_fast25_conversation_trace_first2000.jsonl"
 
-var demoWorkloads = []string{"shared-prefix", "lora", "bimodal", "drain"}
+var demoWorkloads = []string{"shared-prefix", "lora", "bimodal", "drain", "few-prefixes"}
 
 type options struct {
 	workload, trace, hardware, engine, policies, jsonPath, reportPath, wasm string
@@ -326,6 +326,14 @@ func printTable(workload string, requests, seeds, n int, spec string, rs []*flee
 				fmt.Printf(" %6.3f/%-6.3f", s.TTFTMeanBySeedSec[k], s.TTFTP99BySeedSec[k])
 			}
 			fmt.Println()
+		}
+	}
+	if len(rs) > 0 && rs[0].Summary.Steady != nil {
+		fmt.Println("  after the warm-up (steady): ttft_avg/ttft_p50/ttft_p99, hit:")
+		for _, r := range rs {
+			if st := r.Summary.Steady; st != nil {
+				fmt.Printf("  %-14s %6.3f/%6.3f/%6.3f, hit %.3f (%d requests)\n", st.Policy, st.TTFTMeanSec, st.TTFTP50Sec, st.TTFTP99Sec, st.PrefixHitRate, st.Completed+st.Failed)
+			}
 		}
 	}
 	if len(rs) > 0 && rs[0].Summary.Drain.DeadlineSec > 0 {
