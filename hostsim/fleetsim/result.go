@@ -122,7 +122,6 @@ func (w *Workload) SteadyRequests() int {
 	return n
 }
 
-
 func (s *sim) result(wall time.Duration) *Result {
 	res := s.resultOf(func(*reqState) bool { return true })
 	res.Load, res.LoadEvery, res.Events, res.Wall, res.SimTime = s.load, s.cfg.LoadSampleEvery, s.events, wall, s.now
@@ -342,7 +341,6 @@ func steadyOf(runs []*Result) []*Result {
 	}
 	return out
 }
-
 
 func mean(x []float64) float64 {
 	if len(x) == 0 {
