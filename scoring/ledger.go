@@ -33,6 +33,9 @@ type Ledger struct {
 	// prices Pick's externality.
 	total    Rate
 	peerRate float64
+	// held is how many requests the routers hold back for capacity
+	// (SetHeld): every one of them waits for what a placement consumes.
+	held float64
 }
 
 // NewLedger returns a ledger for up to maxReplicas replicas and maxInFlight
@@ -127,6 +130,15 @@ func (l *Ledger) Rate(nowNanos int64) float64 {
 func (l *Ledger) SetPeerRate(perSec float64) {
 	if l != nil {
 		l.peerRate = perSec
+	}
+}
+
+// SetHeld sets how many requests the routers sharing this fleet hold back
+// for capacity (flow control): Pick counts them among the requests a
+// placement's prefill and adapter load delay (externalSec).
+func (l *Ledger) SetHeld(n int) {
+	if l != nil {
+		l.held = float64(max(n, 0))
 	}
 }
 

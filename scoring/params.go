@@ -47,6 +47,13 @@ type Params struct {
 	// full, the social cost of the choice; 0 is the greedy ETTFT rule
 	// (default 1).
 	ExternalityWeight float64
+	// StallWeight weighs, against time to first token, the decode time the
+	// request's prefill and adapter load add to the generations running on
+	// the chosen replica, which wait for the steps that carry the prefill
+	// (chunked prefill shares every step with the batch), scaled by how
+	// full its KV cache is and how busy the fleet is. 0 ignores the
+	// generations; default 0.25 (externalSec, TestStallSpreadsPrefills).
+	StallWeight float64
 	// RateWindow is the time constant of the routers' dispatch rates the
 	// externality uses (default 10s: long enough to average a burst, short
 	// enough to follow a load change).
@@ -78,6 +85,7 @@ func DefaultParams() Params {
 		DefaultPromptTokens: 1000,
 		DefaultOutputTokens: 256,
 		ExternalityWeight:   1,
+		StallWeight:         0.25,
 		RateWindow:          10 * time.Second,
 		PrefillChunkTokens:  8192,
 	}
@@ -104,6 +112,8 @@ func (p *Params) Validate() error {
 		return errors.New("scoring: default_prompt_tokens must be >= 1, got " + strconv.Itoa(p.DefaultPromptTokens))
 	case !(p.ExternalityWeight >= 0) || p.ExternalityWeight > 100:
 		return errors.New("scoring: externality_weight must be in [0, 100], got " + ftoa(p.ExternalityWeight))
+	case !(p.StallWeight >= 0) || p.StallWeight > 100:
+		return errors.New("scoring: stall_weight must be in [0, 100], got " + ftoa(p.StallWeight))
 	case p.RateWindow <= 0:
 		return errors.New("scoring: rate_window must be > 0, got " + p.RateWindow.String())
 	case p.DefaultOutputTokens < 1:

@@ -54,11 +54,15 @@ func decide(run pass, p *Params, req *Request, replicas []Replica, cachedTokens 
 type pickInputs struct {
 	n                                                 int
 	promptMean, outMean, chunk, load, ownBest, stream float64
-	ownOut                                            float64 // this request's expected output
-	staleNanos                                        int64
-	adapterHash                                       uint64
-	waitForSlot                                       bool
-	terms                                             []adapterTerms // one per replica
+	// busy is the busy-period factor 1/(1 − ρ) of the fleet's prefill
+	// utilization load, and held the requests held back for capacity per
+	// unit of the fleet's prefill capacity (externalSec).
+	busy, held  float64
+	ownOut      float64 // this request's expected output
+	staleNanos  int64
+	adapterHash uint64
+	waitForSlot bool
+	terms       []adapterTerms // one per replica
 }
 
 // prepare resets d and fills k for a pass over replicas, and returns the
@@ -94,9 +98,13 @@ func (d *Decision) prepare(k *pickInputs, p *Params, req *Request, replicas []Re
 	}
 	done := d.done[:len(replicas)]
 	capacity := prepass(replicas, l, nowNanos, k.promptMean, done)
-	k.load = 0
+	k.load, k.busy, k.held = 0, 1, 0
 	if p.ExternalityWeight > 0 {
 		k.load = fleetLoad(l, nowNanos, capacity)
+		k.busy = busyFactor(k.load)
+		if l != nil && capacity > 0 {
+			k.held = l.held / capacity
+		}
 	}
 	k.ownBest, k.stream = 0, 1
 	if req.Adapter != "" && p.ExternalityWeight > 0 {
@@ -215,6 +223,11 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		qTok := float64(accQueuedTokens) + float64(foreignWaiting)*k.promptMean
 		w := qN*h.PrefillFixedSec + qTok*h.PrefillSecPerToken + pendingSec
 		onReplica := qN + float64(accDecodeN+foreignRunning)
+		decoding := float64(accDecodeN + foreignRunning)
+		// kvUsage.
+		usage := r.KVUsage
+		usage = selF(!(usage <= 1), usage, 1) // NaN counts as full
+		usage = selF(usage < 0, usage, 0)
 		hold := 0.0
 		if batch := accDecodeN + foreignRunning; batch > 0 {
 			b := float64(batch)
@@ -235,9 +248,6 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 			w += step/2 + steps*b*h.DecodeStepSecPerSeq
 			// admissionSec.
 			kvCap := float64(r.kvCapacity())
-			usage := r.KVUsage
-			usage = selF(!(usage <= 1), usage, 1) // NaN counts as full
-			usage = selF(usage < 0, usage, 0)
 			growth := selF(b*k.ownOut < decodeTok, decodeTok, b*k.ownOut)
 			kvNeed := usage*kvCap + float64(accUnseenTokens) + uncached + growth + k.ownOut
 			kvFull := b2u(kvCap > 0) & b2u(kvNeed > kvCap)
@@ -280,8 +290,11 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 			m := k.promptMean
 			meanP := h.PrefillFixedSec + h.PrefillSecPerToken*m + h.PrefillSecPerToken2*m*m
 			lam := selF(!(meanP > 0), k.load/meanP, 0)
-			ext := lam*c.TotalSec()*(c.AdapterSec+c.PrefillSec) + onReplica*c.AdapterSec
+			held := selF(!(meanP > 0), k.held/meanP, 0)
+			work := c.AdapterSec + c.PrefillSec
+			ext := (lam*c.TotalSec()*k.busy+held)*work + onReplica*c.AdapterSec
 			ext += t.reloadSec * (1 + onReplica)
+			ext += p.StallWeight * k.load * usage * decoding * work
 			c.ExternalSec = p.ExternalityWeight * ext
 		}
 
@@ -394,6 +407,23 @@ func fleetLoad(l *Ledger, nowNanos int64, capacity float64) float64 {
 		return 0
 	}
 	return total / capacity
+}
+
+// maxBusyLoad caps the utilization busyFactor reads: past it the estimate
+// of ρ (recent arrivals over prefill capacity, ignoring decode time) is too
+// coarse for a factor of more than 10.
+const maxBusyLoad = 0.9
+
+// busyFactor is 1/(1 − ρ) for the fleet's prefill utilization ρ (capped at
+// maxBusyLoad): the remaining busy period of a replica at utilization ρ is
+// its current work over 1 − ρ, so the requests that a prefill placed now
+// delays are those arriving before that period ends, not only while the
+// request itself waits (M/G/1; TestBusyFactor). With no load it is 1.
+func busyFactor(load float64) float64 {
+	if !(load > 0) {
+		return 1
+	}
+	return 1 / (1 - min(load, maxBusyLoad))
 }
 
 // prepass readies a pass in one pass over the replicas: the ledger

@@ -726,10 +726,13 @@ func TestExternality(t *testing.T) {
 			if d.Index != tt.want {
 				t.Fatalf("Pick(rate %v) = %d, want %d; top %+v", tt.rate, d.Index, tt.want, d.Top[:d.NumTop])
 			}
+			// The fleet's prefill utilization ρ: each replica's λ times
+			// its prefill of a mean prompt.
+			busy := busyFactor(tt.rate * h.PrefillSeconds(p.DefaultPromptTokens))
 			for _, c := range d.Top[:d.NumTop] {
-				want := tt.rate * c.TotalSec() * (c.AdapterSec + c.PrefillSec)
+				want := tt.rate * c.TotalSec() * busy * (c.AdapterSec + c.PrefillSec)
 				if math.Abs(c.ExternalSec-want) > 1e-12 || (tt.extZero && c.ExternalSec != 0) {
-					t.Errorf("replica %d ExternalSec = %v, want λ·ETTFT·(A+P) = %v", c.Index, c.ExternalSec, want)
+					t.Errorf("replica %d ExternalSec = %v, want λ·ETTFT/(1−ρ)·(A+P) = %v", c.Index, c.ExternalSec, want)
 				}
 			}
 		})
@@ -1294,11 +1297,84 @@ func TestExternalityByCapacity(t *testing.T) {
 				if tc.name == "one class" && math.Abs(share-arrivals/float64(len(rs))) > 1e-9 {
 					t.Fatalf("share of %s on one class = %v/s, want the mean %v/s", rs[c.Index].Hardware.Name, share, arrivals/float64(len(rs)))
 				}
-				want := share * c.TotalSec() * c.PrefillSec
+				want := share * c.TotalSec() * busyFactor(arrivals/capacity) * c.PrefillSec
 				if math.Abs(c.ExternalSec-want) > 1e-9*max(1, want) {
 					t.Fatalf("ExternalSec(%s) = %v, want %v (λ %v/s)", rs[c.Index].Hardware.Name, c.ExternalSec, want, share)
 				}
 			}
 		})
+	}
+}
+
+func TestBusyFactor(t *testing.T) {
+	for _, tc := range []struct{ load, want float64 }{
+		{0, 1}, {-1, 1}, {math.NaN(), 1}, {0.5, 2}, {0.75, 4}, {0.9, 10}, {3, 10},
+	} {
+		if got := busyFactor(tc.load); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("busyFactor(%v) = %v, want %v", tc.load, got, tc.want)
+		}
+	}
+}
+
+// TestStallSpreadsPrefills: two replicas that differ only in how many
+// generations run there (and the KV they hold): under load, the prefill
+// goes where fewer of them wait for its steps, by s · ρ · u · B · P per
+// replica; with no load the term is zero and the rule is the greedy one.
+func TestStallSpreadsPrefills(t *testing.T) {
+	now := 100 * sec
+	p := exactParams()
+	rs := fleet("h100", 2, now)
+	rs[0].RunningRequests, rs[1].RunningRequests = 20, 120
+	rs[0].KVUsage, rs[1].KVUsage = 0.2, 0.8
+	h := &rs[0].Hardware
+	req := Request{PromptTokens: 4000, Chain: []uint64{3}}
+	for _, tc := range []struct {
+		name string
+		rate float64 // arrivals per second at each replica
+	}{
+		{name: "idle", rate: 0},
+		{name: "busy", rate: 1.5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := NewLedger(p, len(rs), 4)
+			l.SetPeerRate(2 * tc.rate)
+			var d Decision
+			Pick(&p, &req, rs, nil, l, now, &d)
+			load := tc.rate * h.PrefillSeconds(p.DefaultPromptTokens)
+			for _, c := range d.Top[:d.NumTop] {
+				busy := busyFactor(load)
+				want := tc.rate*c.TotalSec()*busy*c.PrefillSec + p.StallWeight*load*rs[c.Index].KVUsage*float64(rs[c.Index].RunningRequests)*c.PrefillSec
+				if math.Abs(c.ExternalSec-want) > 1e-9*max(1, want) {
+					t.Errorf("replica %d ExternalSec = %v, want %v", c.Index, c.ExternalSec, want)
+				}
+			}
+			if d.Index != 0 {
+				t.Errorf("Pick = %d, want 0 (fewer generations, and a shorter step)", d.Index)
+			}
+		})
+	}
+}
+
+// TestHeldDelays: requests held back for capacity count among those a
+// placement delays, in each replica's share of the fleet's capacity.
+func TestHeldDelays(t *testing.T) {
+	now := 100 * sec
+	p := exactParams()
+	rs := fleet("h100", 2, now)
+	req := Request{PromptTokens: 3000, Chain: []uint64{5}}
+	l := NewLedger(p, len(rs), 4)
+	var d Decision
+	Pick(&p, &req, rs, nil, l, now, &d)
+	if d.Top[0].ExternalSec != 0 {
+		t.Fatalf("ExternalSec with nothing held and no arrivals = %v, want 0", d.Top[0].ExternalSec)
+	}
+	l.SetHeld(10)
+	Pick(&p, &req, rs, nil, l, now, &d)
+	h := &rs[0].Hardware
+	meanP := h.PrefillSeconds(p.DefaultPromptTokens)
+	capacity := 2 / meanP
+	want := 10 / capacity / meanP * d.Top[0].PrefillSec // 5 of the 10 each, delayed P
+	if math.Abs(d.Top[0].ExternalSec-want) > 1e-9 {
+		t.Fatalf("ExternalSec with 10 held = %v, want %v", d.Top[0].ExternalSec, want)
 	}
 }

@@ -167,13 +167,7 @@ func interferenceSec(h *Hardware, q *queue, uncached, chunk float64) float64 {
 func admissionSec(r *Replica, q *queue, uncached, ownOut float64) float64 {
 	b := float64(q.batch)
 	kvCap := float64(r.kvCapacity())
-	usage := r.KVUsage
-	if !(usage <= 1) {
-		usage = 1 // NaN counts as full
-	}
-	if usage < 0 {
-		usage = 0
-	}
+	usage := kvUsage(r)
 	growth := q.decodeTokens
 	if b*ownOut < growth {
 		growth = b * ownOut
@@ -189,6 +183,18 @@ func admissionSec(r *Replica, q *queue, uncached, ownOut float64) float64 {
 		hold = batchWait
 	}
 	return hold
+}
+
+// kvUsage is r's reported KV cache use in [0, 1]; a NaN counts as full.
+func kvUsage(r *Replica) float64 {
+	u := r.KVUsage
+	if !(u <= 1) {
+		return 1
+	}
+	if u < 0 {
+		return 0
+	}
+	return u
 }
 
 // progressSec is what W takes off for the prefills in flight on r that have
@@ -266,18 +272,22 @@ func startNanos(pw *Work, q *queue, admitted bool, nowNanos int64) int64 {
 // externalSec is the delay, in seconds, that the request's own work on r
 // imposes on other requests, times Params.ExternalityWeight (TestExternality):
 //
-//	λ · ETTFT · (A + P) + N_r · A + reload · (1 + N_r)
+//	(λ · ETTFT / (1 − ρ) + H_r) · (A + P) + N_r · A + reload · (1 + N_r) + s · ρ · u_r · B_r · (A + P)
 //
-// Every request that reaches r while this one's work is queued or running
-// waits A + P longer, and about λ·ETTFT of them arrive in that time
-// (Little). λ is the fleet's recent arrival rate shared among the open
-// replicas in proportion to their prefill capacity: load (fleetLoad)
-// divided by r's prefill time of a mean prompt, what r receives when load
-// follows capacity (TestExternalityByCapacity). It is not r's own recent
-// rate: per-replica rates are each router's partial view, and replicas
-// that are otherwise equal must stay tied so independent gateways agree on
-// a new prefix's home. With no recent arrivals the term vanishes and the
-// greedy ETTFT rule decides.
+// Every request that reaches r before r's queue next empties waits A + P
+// longer. About λ·ETTFT of them arrive while this one waits and
+// prefills (Little), and at the fleet's prefill utilization ρ the rest of
+// r's busy period is that over 1 − ρ (busy: busyFactor, TestBusyFactor).
+// λ is the fleet's recent arrival rate shared among the open replicas in
+// proportion to their prefill capacity: load (fleetLoad) divided by r's
+// prefill time of a mean prompt, what r receives when load follows
+// capacity (TestExternalityByCapacity). It is not r's own recent rate:
+// per-replica rates are each router's partial view, and replicas that are
+// otherwise equal must stay tied so independent gateways agree on a new
+// prefix's home. With no recent arrivals the term vanishes and the greedy
+// ETTFT rule decides. H_r is r's share, in the same proportion, of the
+// requests the routers hold back for capacity (held: Ledger.SetHeld): each
+// of them waits for the capacity this request consumes.
 //
 // An adapter load also stalls the N_r requests already on r (onReplica):
 // engines load LoRA weights inside the scheduler step (vLLM's LRU adapter
@@ -287,13 +297,26 @@ func startNanos(pw *Work, q *queue, admitted bool, nowNanos int64) int64 {
 // home (reloadSec: adapterTerms.reloadSec, reloadCost); each reload runs
 // inside a step too, so it costs its own request and the ones on r then,
 // counted as the ones on r now.
-func externalSec(p *Params, h *Hardware, c *Candidate, load, promptMean, onReplica, reloadSec float64) float64 {
+//
+// And the B_r generations running on r wait for the steps that carry this
+// request's adapter load and prefill (chunked prefill shares each step with
+// the batch), B_r · (A + P) seconds of decode time in all. They hold their
+// KV blocks that much longer, which keeps out the requests that need them
+// as often as the cache is full and the fleet busy: u_r, r's KV cache use,
+// times ρ. Weighed by s = Params.StallWeight against time to first token,
+// a prefill goes where fewer generations wait for it while their cache is
+// tight, and the engines preempt less (TestStallSpreadsPrefills); with no
+// load the term vanishes with the rest.
+func externalSec(p *Params, h *Hardware, c *Candidate, load, busy, held, promptMean, onReplica, running, usage, reloadSec float64) float64 {
 	meanP := prefillSec(h, promptMean)
-	lam := 0.0
+	lam, heldHere := 0.0, 0.0
 	if meanP > 0 {
 		lam = load / meanP // a zero profile adds no capacity (fleetLoad)
+		heldHere = held / meanP
 	}
-	ext := lam*c.TotalSec()*(c.AdapterSec+c.PrefillSec) + onReplica*c.AdapterSec
+	work := c.AdapterSec + c.PrefillSec
+	ext := (lam*c.TotalSec()*busy+heldHere)*work + onReplica*c.AdapterSec
 	ext += reloadSec * (1 + onReplica) // +0 without an adapter
+	ext += p.StallWeight * load * usage * running * work
 	return p.ExternalityWeight * ext
 }

@@ -22,6 +22,8 @@ const (
 	gpurouteVMID          = "gpuroute"
 	gpurouteRootID        = "gpuroute"
 	headerDestination     = "x-gateway-destination-endpoint"
+	headerPriority        = "x-gpuroute-priority"
+	headerTenant          = "x-gpuroute-tenant"
 	headerDecision        = "x-gpuroute-decision"
 	pathCompletions       = "/v1/completions"
 	gatewayAuthority      = "gateway.local"
@@ -440,6 +442,12 @@ func (p *GPURoute) Pick(now time.Duration, req *Request, attempt int) Decision {
 	}
 	hdrs := [][2]string{{":method", "POST"}, {":path", pathCompletions}, {":authority", gatewayAuthority},
 		{"content-type", "application/json"}}
+	if req.Priority != "" {
+		hdrs = append(hdrs, [2]string{headerPriority, req.Priority})
+	}
+	if req.Tenant != "" {
+		hdrs = append(hdrs, [2]string{headerTenant, req.Tenant})
+	}
 	if _, err := s.RequestHeaders(hdrs, false); err != nil {
 		p.fail("request headers", err)
 	}
@@ -453,19 +461,45 @@ func (p *GPURoute) Pick(now time.Duration, req *Request, attempt int) Decision {
 	if lr := s.LocalReply(); lr != nil {
 		return p.reject(now, req, s, lr)
 	}
+	if s.RequestPaused() {
+		// The plugin holds the request for capacity: it resumes the stream
+		// with a destination, or answers it, from a later callback of its
+		// VM (a response, a tick, a wake from another worker), and the
+		// request reaches the fleet then.
+		s.OnRequestResumed(func() {
+			i := p.destination(s, "resumed request")
+			*p.flight(req.ID) = gpFlight{s: s, replica: i}
+			p.f.Release(req, Route(i))
+		})
+		s.OnLocalReply(func(lr *hostsim.LocalReply) {
+			if p.o.OnReject != nil {
+				p.o.OnReject(p.f.Now(), req, lr.Status, string(lr.Body))
+			}
+			p.f.Release(req, Reject(lr.Status))
+		})
+		*fl = gpFlight{s: s, replica: -1}
+		return Hold()
+	}
+	i := p.destination(s, "request body")
+	*fl = gpFlight{s: s, replica: i}
+	return Route(i)
+}
+
+// destination returns the replica the plugin wrote into s's destination
+// header (the first of a fallback list).
+func (p *GPURoute) destination(s *hostsim.Stream, phase string) int {
 	dest, ok := s.RequestHeader(headerDestination)
 	if !ok {
-		p.fail("request body", errors.New("the plugin neither set "+headerDestination+" nor replied locally"))
+		p.fail(phase, errors.New("the plugin neither set "+headerDestination+" nor replied locally"))
 	}
 	if c := strings.IndexByte(dest, ','); c >= 0 {
 		dest = dest[:c] // fallbacks follow the chosen replica
 	}
 	i, ok := p.addrs[dest]
 	if !ok {
-		p.fail("request body", errors.New(headerDestination+" = "+strconv.Quote(dest)+" names no replica"))
+		p.fail(phase, errors.New(headerDestination+" = "+strconv.Quote(dest)+" names no replica"))
 	}
-	*fl = gpFlight{s: s, replica: i}
-	return Route(i)
+	return i
 }
 
 // reject ends a stream the plugin answered locally.

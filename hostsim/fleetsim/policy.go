@@ -22,18 +22,22 @@ type Policy interface {
 	Advance(now time.Duration)
 	// Pick chooses a replica for req at now (req.Arrival, or later for a
 	// re-dispatch after a migration, crash or refusal; attempt counts from
-	// 0). Only the oracle may look at the true output length.
+	// 0), rejects it, or holds it at the router (Hold): a held request is
+	// dispatched or answered later through Fleet.Release. Only the oracle
+	// may look at the true output length.
 	Pick(now time.Duration, req *Request, attempt int) Decision
 	// Observe receives the request's life events (Dispatched, FirstToken,
 	// Tokens, Completed, Cancelled). ev is valid only during the call.
 	Observe(ev *Event)
 }
 
-// Decision is a policy's answer: a replica index, or a rejection with an
-// HTTP status (503: no replica can serve it; 429: shed).
+// Decision is a policy's answer: a replica index, a rejection with an
+// HTTP status (503: no replica can serve it; 429: shed; the client got an
+// answer), or Held: the router keeps the request and decides later.
 type Decision struct {
 	Replica int
 	Status  int
+	Held    bool
 }
 
 // Route returns a Decision for replica i.
@@ -41,6 +45,11 @@ func Route(i int) Decision { return Decision{Replica: i} }
 
 // Reject returns a rejecting Decision with status (503 or 429).
 func Reject(status int) Decision { return Decision{Replica: -1, Status: status} }
+
+// Hold returns the Decision that keeps the request at the router: the
+// policy later calls Fleet.Release for it exactly once, with a Route or a
+// Reject, at the virtual time the router decides.
+func Hold() Decision { return Decision{Replica: -1, Held: true} }
 
 // EventKind says what happened to a request.
 type EventKind uint8

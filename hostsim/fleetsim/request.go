@@ -44,6 +44,10 @@ type Request struct {
 	// Session groups the turns of one conversation (or the prompts of one
 	// shared-prefix group); -1 if none.
 	Session int
+	// Class names the request's class in the results (a priority band or
+	// a tenant; "" for none). Priority and Tenant are what the client
+	// sends in the router's priority and tenant headers ("" for none).
+	Class, Priority, Tenant string
 
 	segs    []Segment
 	outSeed uint64   // seed of the generated text (multi-turn prompts quote it); 0: a seed from ID

@@ -11,20 +11,33 @@ import (
 // Summary is one policy's figures on one workload; its JSON names are the
 // report's wire format.
 type Summary struct {
-	Policy         string       `json:"policy"`
-	TTFTMeanSec    float64      `json:"ttft_mean_s"`
-	TTFTP50Sec     float64      `json:"ttft_p50_s"`
-	TTFTP90Sec     float64      `json:"ttft_p90_s"`
-	TTFTP99Sec     float64      `json:"ttft_p99_s"`
-	E2EP50Sec      float64      `json:"e2e_p50_s"`
-	E2EP99Sec      float64      `json:"e2e_p99_s"`
-	ThroughputTokS float64      `json:"throughput_tok_s"`
-	PrefixHitRate  float64      `json:"prefix_hit_rate"`
-	AdapterLoads   int64        `json:"adapter_loads"`
-	Completed      int          `json:"completed"`
-	Failed         int          `json:"failed"`
-	Migrated       int          `json:"migrated"`
-	Drain          DrainSummary `json:"drain"`
+	Policy         string  `json:"policy"`
+	TTFTMeanSec    float64 `json:"ttft_mean_s"`
+	TTFTP50Sec     float64 `json:"ttft_p50_s"`
+	TTFTP90Sec     float64 `json:"ttft_p90_s"`
+	TTFTP99Sec     float64 `json:"ttft_p99_s"`
+	E2EP50Sec      float64 `json:"e2e_p50_s"`
+	E2EP99Sec      float64 `json:"e2e_p99_s"`
+	ThroughputTokS float64 `json:"throughput_tok_s"`
+	PrefixHitRate  float64 `json:"prefix_hit_rate"`
+	AdapterLoads   int64   `json:"adapter_loads"`
+	Completed      int     `json:"completed"`
+	Failed         int     `json:"failed"`
+	// Shed counts the failed requests the router answered itself (429,
+	// 503): the client got a response. Lost counts requests that got no
+	// response at all (still held when the run ended) or that the router
+	// released twice (which would reach two replicas): always 0 for a
+	// correct router.
+	Shed     int          `json:"shed,omitempty"`
+	Lost     int          `json:"lost"`
+	Migrated int          `json:"migrated"`
+	Drain    DrainSummary `json:"drain"`
+	// HeldMeanSec is the mean time the router held a request before
+	// dispatching or answering it, over the requests it held.
+	HeldMeanSec float64 `json:"held_mean_s,omitempty"`
+	// Classes holds the same figures per request class (a workload's
+	// priority bands or tenants), when the workload has classes.
+	Classes map[string]*Summary `json:"classes,omitempty"`
 	// Seeds is the number of runs pooled into these figures (Pool), and
 	// TTFTMeanBySeedSec and TTFTP99BySeedSec each run's own, in seed
 	// order, so a reader sees how much of a difference is seed-to-seed.
@@ -71,6 +84,11 @@ type Result struct {
 	// summary's rates come from, kept so Pool can weigh runs correctly.
 	PrefixQueries, PrefixHits, OutputTokens int64
 	Span                                    time.Duration
+	// HeldN requests were held by the router, HeldSec seconds in all.
+	HeldN   int
+	HeldSec float64
+	// Classes holds the outcomes per request class (Request.Class).
+	Classes map[string]*Result
 	// Steady is the result over the requests that arrived after the
 	// warm-up (nil inside a Steady).
 	Steady *Result
@@ -105,10 +123,9 @@ func (w *Workload) SteadyRequests() int {
 }
 
 func (s *sim) result(wall time.Duration) *Result {
-	res := &Result{Load: s.load, LoadEvery: s.cfg.LoadSampleEvery, Events: s.events, Wall: wall, SimTime: s.now}
+	res := s.resultOf(func(*reqState) bool { return true })
+	res.Load, res.LoadEvery, res.Events, res.Wall, res.SimTime = s.load, s.cfg.LoadSampleEvery, s.events, wall, s.now
 	sum := &res.Summary
-	sum.Policy = s.p.Name()
-	s.collect(res, 0)
 	for _, r := range s.f.replicas {
 		res.PrefixQueries += r.prefixQueries
 		res.PrefixHits += r.prefixHits
@@ -128,12 +145,26 @@ func (s *sim) result(wall time.Duration) *Result {
 		}
 		sum.Drain.FinishedSec = max(sum.Drain.FinishedSec, (end - d.start).Seconds())
 	}
-	res.Steady = &Result{}
-	res.Steady.Summary.Policy = sum.Policy
-	s.collect(res.Steady, s.w.SteadyFrom())
+	classes := map[string]bool{}
+	for i := range s.states {
+		if c := s.states[i].req.Class; c != "" {
+			classes[c] = true
+		}
+	}
+	for c := range classes {
+		cr := s.resultOf(func(st *reqState) bool { return st.req.Class == c })
+		// The replicas count prefix hits for all requests, not per class.
+		cr.PrefixQueries, cr.PrefixHits = res.PrefixQueries, res.PrefixHits
+		if res.Classes == nil {
+			res.Classes = map[string]*Result{}
+		}
+		res.Classes[c] = cr
+	}
+	from := s.w.SteadyFrom()
+	res.Steady = s.resultOf(func(st *reqState) bool { return st.req.Arrival >= from })
 	for i := range s.states {
 		st := &s.states[i]
-		if st.req.Arrival >= s.w.SteadyFrom() {
+		if st.req.Arrival >= from {
 			res.Steady.PrefixQueries += int64(st.req.PromptTokens)
 			res.Steady.PrefixHits += int64(st.cachedTokens)
 			if st.migrated > 0 {
@@ -145,19 +176,35 @@ func (s *sim) result(wall time.Duration) *Result {
 	return res
 }
 
-// collect adds the outcomes of the requests that arrived at or after from
-// to res: latencies, completed and failed counts, output tokens and the
-// span from their first arrival to their last completion.
-func (s *sim) collect(res *Result, from time.Duration) {
+// resultOf gathers the per-request outcomes of the requests keep selects:
+// latencies, completions, failures, sheds, losses, holding time and the
+// output tokens over their span.
+func (s *sim) resultOf(keep func(*reqState) bool) *Result {
+	res := &Result{}
 	sum := &res.Summary
+	sum.Policy = s.p.Name()
 	var first, last time.Duration = -1, 0
+	heldN, heldSec := 0, 0.0
 	for i := range s.states {
 		st := &s.states[i]
-		if st.req.Arrival < from {
+		if !keep(st) {
 			continue
 		}
 		if first < 0 || st.req.Arrival < first {
 			first = st.req.Arrival
+		}
+		if held := st.heldTime; held > 0 || st.held {
+			if st.held {
+				held += s.now - st.heldSince
+			}
+			heldN++
+			heldSec += held.Seconds()
+		}
+		switch {
+		case st.held || st.twice:
+			sum.Lost++
+		case st.answered:
+			sum.Shed++
 		}
 		if st.done {
 			sum.Completed++
@@ -169,7 +216,9 @@ func (s *sim) collect(res *Result, from time.Duration) {
 			sum.Failed++
 		}
 	}
+	res.HeldN, res.HeldSec = heldN, heldSec
 	res.Span = max(last-first, 0)
+	return res
 }
 
 // summarize sorts the latencies and derives the summary's distribution
@@ -192,10 +241,23 @@ func (res *Result) summarize() {
 	if res.PrefixQueries > 0 {
 		sum.PrefixHitRate = float64(res.PrefixHits) / float64(res.PrefixQueries)
 	}
+	sum.HeldMeanSec = 0
+	if res.HeldN > 0 {
+		sum.HeldMeanSec = res.HeldSec / float64(res.HeldN)
+	}
 	sum.Steady = nil
 	if res.Steady != nil {
 		res.Steady.summarize()
 		sum.Steady = &res.Steady.Summary
+	}
+	sum.Classes = nil
+	for c, cr := range res.Classes {
+		cr.summarize()
+		if sum.Classes == nil {
+			sum.Classes = make(map[string]*Summary, len(res.Classes))
+		}
+		cs := cr.Summary
+		sum.Classes[c] = &cs
 	}
 }
 
@@ -213,9 +275,6 @@ func Pool(runs []*Result) *Result {
 	}
 	first := runs[0]
 	out := &Result{Load: first.Load, LoadEvery: first.LoadEvery}
-	if steady := steadyOf(runs); steady != nil {
-		out.Steady = Pool(steady)
-	}
 	sum := &out.Summary
 	sum.Policy = first.Summary.Policy
 	sum.Seeds = len(runs)
@@ -241,8 +300,31 @@ func Pool(runs []*Result) *Result {
 		sum.Drain.DeadlineSec = max(sum.Drain.DeadlineSec, s.Drain.DeadlineSec)
 		sum.Drain.FinishedSec = max(sum.Drain.FinishedSec, s.Drain.FinishedSec)
 		sum.Drain.NewAfterClose += s.Drain.NewAfterClose
+		sum.Shed += s.Shed
+		sum.Lost += s.Lost
+		out.HeldN += r.HeldN
+		out.HeldSec += r.HeldSec
 		sum.TTFTMeanBySeedSec = append(sum.TTFTMeanBySeedSec, s.TTFTMeanSec)
 		sum.TTFTP99BySeedSec = append(sum.TTFTP99BySeedSec, s.TTFTP99Sec)
+	}
+	if steady := steadyOf(runs); steady != nil {
+		out.Steady = Pool(steady)
+	}
+	for _, r := range runs {
+		for c := range r.Classes {
+			if out.Classes == nil {
+				out.Classes = map[string]*Result{}
+			}
+			if out.Classes[c] == nil {
+				var cs []*Result
+				for _, x := range runs {
+					if xc := x.Classes[c]; xc != nil {
+						cs = append(cs, xc)
+					}
+				}
+				out.Classes[c] = Pool(cs)
+			}
+		}
 	}
 	out.summarize()
 	return out

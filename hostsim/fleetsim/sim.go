@@ -104,6 +104,14 @@ func (f *Fleet) Adapters() map[string]string {
 // ScrapeInterval returns the routers' metrics refresh period.
 func (f *Fleet) ScrapeInterval() time.Duration { return f.cfg.ScrapeInterval }
 
+// Release hands over a request the policy held (its Pick returned Hold):
+// d routes it to a replica or answers it with a status. It takes effect at
+// the current virtual time, after the call into the policy returns, as a
+// proxy resumes a paused stream once the callback that resumed it is done.
+// Releasing a request that is not held (never held, released or answered
+// already) marks it lost: it would reach two replicas or get two answers.
+func (f *Fleet) Release(req *Request, d Decision) { f.s.release(req, d) }
+
 // Event kinds of the simulation queue.
 const (
 	evStep uint8 = iota
@@ -112,6 +120,8 @@ const (
 	evCrash
 	evRestart
 	evRedispatch
+	evRelease
+	evWake
 )
 
 type simEvent struct {
@@ -121,6 +131,7 @@ type simEvent struct {
 	rep   int32
 	epoch int32
 	st    *reqState
+	dec   Decision // evRelease: what the policy decided for a held request
 }
 
 type eventHeap []simEvent
@@ -150,6 +161,11 @@ type reqState struct {
 	seq          *seq
 	replica      int
 	attempt      int
+	held         bool // the policy holds it (Hold) and has not released it
+	answered     bool // the policy answered it with a status (429, 503)
+	twice        bool // the policy released it while it was not held
+	heldTime     time.Duration
+	heldSince    time.Duration
 	admitted     bool
 	cachedTokens int
 	firstAt      time.Duration
@@ -189,7 +205,16 @@ type sim struct {
 	drains        []drainRec
 	rollingIdx    int
 	pending       int
+	// held counts the requests the policy holds; wakeAt is the pending
+	// evWake (0: none), lastWork the last time anything but a wake ran.
+	held     int
+	wakeAt   time.Duration
+	lastWork time.Duration
 }
+
+// heldIdleLimit ends a run whose policy holds requests while nothing else
+// happens for this long: it would never release them (they count as lost).
+const heldIdleLimit = 10 * time.Minute
 
 func (s *sim) push(t time.Duration, kind uint8, rep int, epoch int32) {
 	s.seqNo++
@@ -259,6 +284,9 @@ func Run(cfg Config, w *Workload, p Policy) (*Result, error) {
 		if cfg.Horizon > 0 && t > cfg.Horizon {
 			break
 		}
+		if !arrival && s.q[0].kind == evWake && t-s.lastWork > heldIdleLimit {
+			break // the policy holds requests and nothing else will happen
+		}
 		if t >= s.nextScr {
 			s.snapshot(t)
 		}
@@ -266,12 +294,16 @@ func Run(cfg Config, w *Workload, p Policy) (*Result, error) {
 		p.Advance(t)
 		s.events++
 		if arrival {
+			s.lastWork = t
 			st := &s.states[next]
 			next++
 			s.dispatch(st)
 			continue
 		}
 		e := heap.Pop(&s.q).(simEvent)
+		if e.kind != evWake {
+			s.lastWork = t
+		}
 		s.handle(e)
 	}
 	return s.result(time.Since(start)), nil
@@ -327,40 +359,81 @@ func (s *sim) emit(kind EventKind, st *reqState, rep int) {
 }
 
 // dispatch asks the policy for a replica and hands the request over,
-// retrying on refusals.
+// retrying on refusals; a request the policy holds waits for its Release.
 func (s *sim) dispatch(st *reqState) {
-	if st.attempt < s.cfg.MaxAttempts {
-		d := s.p.Pick(s.now, st.req, st.attempt)
-		if d.Status != 0 || d.Replica < 0 || d.Replica >= len(s.f.replicas) {
+	if st.attempt >= s.cfg.MaxAttempts {
+		s.fail(st)
+		return
+	}
+	d := s.p.Pick(s.now, st.req, st.attempt)
+	if d.Held {
+		st.held, st.heldSince = true, s.now
+		s.held++
+		s.wake()
+		return
+	}
+	s.handOver(st, d)
+}
+
+// release queues the hand-over of a held request (Fleet.Release).
+func (s *sim) release(req *Request, d Decision) {
+	if req == nil || req.ID < 0 || req.ID >= len(s.states) || s.states[req.ID].req != req {
+		return // not a request of this run
+	}
+	st := &s.states[req.ID]
+	if !st.held || d.Held {
+		st.twice = true
+		return
+	}
+	st.held = false
+	st.heldTime += s.now - st.heldSince
+	s.held--
+	s.seqNo++
+	heap.Push(&s.q, simEvent{t: s.now, seq: s.seqNo, kind: evRelease, st: st, dec: d})
+}
+
+// wake keeps virtual time moving while the policy holds requests, one
+// scrape interval at a time, so a policy that releases on its own clock
+// (the plugin's tick) gets the chance when nothing else happens.
+func (s *sim) wake() {
+	if s.held == 0 || s.wakeAt > s.now {
+		return
+	}
+	s.wakeAt = s.now + s.cfg.ScrapeInterval
+	s.push(s.wakeAt, evWake, 0, 0)
+}
+
+// handOver carries out d for st: a rejection answers the request, a route
+// hands it to the replica (a refusal is retried after a back-off).
+func (s *sim) handOver(st *reqState, d Decision) {
+	if d.Status != 0 || d.Replica < 0 || d.Replica >= len(s.f.replicas) {
+		st.answered = d.Status != 0
+		s.fail(st)
+		return
+	}
+	r := s.f.replicas[d.Replica]
+	if err := r.accept(s.now, st); err != nil {
+		if r.draining {
+			s.newAfterClose++
+		}
+		s.emit(Cancelled, st, d.Replica)
+		s.ev.Reason = Refused
+		s.p.Observe(&s.ev)
+		st.attempt++
+		if st.attempt >= s.cfg.MaxAttempts {
 			s.fail(st)
 			return
 		}
-		r := s.f.replicas[d.Replica]
-		if err := r.accept(s.now, st); err != nil {
-			if r.draining {
-				s.newAfterClose++
-			}
-			s.emit(Cancelled, st, d.Replica)
-			s.ev.Reason = Refused
-			s.p.Observe(&s.ev)
-			st.attempt++
-			if st.attempt >= s.cfg.MaxAttempts {
-				s.fail(st)
-				return
-			}
-			// Retry after Envoy's default retry back-off base (25 ms,
-			// route.RetryPolicy.retry_back_off.base_interval), growing
-			// with the attempt.
-			s.seqNo++
-			heap.Push(&s.q, simEvent{t: s.now + time.Duration(st.attempt)*retryBackoff, seq: s.seqNo, kind: evRedispatch, st: st})
-			return
-		}
-		st.replica = d.Replica
-		s.emit(Dispatched, st, d.Replica)
-		s.p.Observe(&s.ev)
+		// Retry after Envoy's default retry back-off base (25 ms,
+		// route.RetryPolicy.retry_back_off.base_interval), growing
+		// with the attempt.
+		s.seqNo++
+		heap.Push(&s.q, simEvent{t: s.now + time.Duration(st.attempt)*retryBackoff, seq: s.seqNo, kind: evRedispatch, st: st})
 		return
 	}
-	s.fail(st)
+	st.replica = d.Replica
+	s.emit(Dispatched, st, d.Replica)
+	s.p.Observe(&s.ev)
 }
 
 func (s *sim) fail(st *reqState) {
@@ -456,6 +529,10 @@ func (s *sim) handle(e simEvent) {
 		}
 	case evRedispatch:
 		s.dispatch(e.st)
+	case evRelease:
+		s.handOver(e.st, e.dec)
+	case evWake:
+		s.wake()
 	}
 }
 

@@ -91,7 +91,7 @@ type Stage struct {
 }
 
 // WorkloadNames lists the generators.
-var WorkloadNames = []string{"shared-prefix", "multi-turn", "lora", "bimodal", "hetero", "drain", "few-prefixes"}
+var WorkloadNames = []string{"shared-prefix", "multi-turn", "lora", "bimodal", "hetero", "drain", "few-prefixes", "priority", "fairness"}
 
 // Generate builds the named workload.
 func Generate(name string, o WorkloadOptions) (*Workload, error) {
@@ -113,6 +113,10 @@ func Generate(name string, o WorkloadOptions) (*Workload, error) {
 		w = drainWorkload(o)
 	case "few-prefixes":
 		w = fewPrefixes(o)
+	case "priority":
+		w = priorityWorkload(o)
+	case "fairness":
+		w = fairnessWorkload(o)
 	default:
 		return nil, errors.New("fleetsim: unknown workload " + quote(name) + " (have " + strings.Join(WorkloadNames, ", ") + ")")
 	}

@@ -242,6 +242,8 @@ type Config struct {
 	PeerExchange PeerExchange
 	// Scraper is role "scraper" (RoleScraper); false is RoleWorker.
 	Scraper bool
+	// Flow configures requests held at the router (on by default).
+	Flow FlowControl
 	// Params are the decision's tunables.
 	Params scoring.Params
 }
@@ -280,6 +282,7 @@ func Parse(data []byte) (*Config, error) {
 		PassiveFailures:        DefaultPassiveFailures,
 		PassiveBackoffMillis:   DefaultPassiveBackoffMillis,
 		Params:                 scoring.DefaultParams(),
+		Flow:                   defaultFlowControl(),
 	}
 	var seen seenKeys
 	var topNames nameOverrides   // metric_names

@@ -19,6 +19,8 @@ func parseRouting(cfg *Config, key string, r *jsonx.Reader) error {
 		return parseAdapters(cfg, r)
 	case KeyPeers:
 		return parsePeers(cfg, r)
+	case KeyFlowControl:
+		return parseFlowControl(cfg, r)
 	}
 	v := r.Value()
 	var err error
