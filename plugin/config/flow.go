@@ -115,6 +115,10 @@ func defaultFlowControl() FlowControl {
 	}
 }
 
+// defaultBands is the band list of a "flow_control" without "bands": its
+// max_queue_ms applies to it like to a listed band without its own.
+func defaultBands() []Band { return []Band{{Name: DefaultBandName}} }
+
 // parseFlowControl reads the "flow_control" object.
 func parseFlowControl(cfg *Config, r *jsonx.Reader) error {
 	if k := r.Kind(); k != jsonx.Object {
@@ -180,8 +184,9 @@ func parseFlowControl(cfg *Config, r *jsonx.Reader) error {
 	if err := malformed(r); err != nil {
 		return err
 	}
-	if bands != nil {
-		f.Bands = bands
+	f.Bands = bands
+	if f.Bands == nil {
+		f.Bands = defaultBands()
 	}
 	for i := range f.Bands {
 		if f.Bands[i].MaxQueueSec == 0 {
