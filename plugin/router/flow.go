@@ -383,7 +383,6 @@ func (s *stream) hold(req *scoring.Request, band int, h flow.Handle, slot uint32
 	s.heldReq.AdapterRecent = nil
 }
 
-
 // adopt takes over the requests the previous root of this VM holds (a
 // configuration change makes Envoy create a new root in the same VM; the
 // old one stops ticking): each joins this root's line in its band of the

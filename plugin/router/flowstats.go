@@ -9,13 +9,13 @@ import (
 // band's name with every character outside [a-z0-9_] written as '_'.
 const (
 	statFlowPrefix      = "gpuroute_flow_"
-	statFlowHeld        = "_held_total"         // requests held
-	statFlowHolding     = "_holding"            // gauge: held now
-	statFlowAdmitted    = "_admitted_total"     // sent after being held
-	statFlowShed        = "_shed_total"         // sheddable requests answered 429 instead of held
-	statFlowTimedOut    = "_timed_out_total"    // held past max_queue_ms, answered 429
-	statFlowQueueFull   = "_queue_full_total"   // refused with a 429: the band or the worker's queue was full
-	statFlowCancelled   = "_cancelled_total"    // the client left while held
+	statFlowHeld        = "_held_total"       // requests held
+	statFlowHolding     = "_holding"          // gauge: held now
+	statFlowAdmitted    = "_admitted_total"   // sent after being held
+	statFlowShed        = "_shed_total"       // sheddable requests answered 429 instead of held
+	statFlowTimedOut    = "_timed_out_total"  // held past max_queue_ms, answered 429
+	statFlowQueueFull   = "_queue_full_total" // refused with a 429: the band or the worker's queue was full
+	statFlowCancelled   = "_cancelled_total"  // the client left while held
 	statFlowRefusedBand = "gpuroute_flow_priority_refused_total"
 )
 
