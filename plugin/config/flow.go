@@ -82,6 +82,10 @@ type Band struct {
 	// FromHeader lets a client choose this band with PriorityHeader; a
 	// request never gets a band the configuration does not let it ask for.
 	FromHeader bool
+	// HoldWaitSec is the band's own hold_wait_ms (0: the flow control's):
+	// a lower band with a shorter one leaves the replicas' queues short
+	// for the bands above it.
+	HoldWaitSec float64
 }
 
 // QueueConfig returns the held-request queue configuration of f.
@@ -111,7 +115,7 @@ func defaultFlowControl() FlowControl {
 		HoldWaitSec:    DefaultHoldWaitMillis / 1000.0,
 		MaxHeld:        DefaultMaxHeld,
 		PriorityHeader: DefaultPriorityHeader,
-		Bands:          []Band{{Name: DefaultBandName, MaxQueueSec: DefaultMaxQueueMillis / 1000.0}},
+		Bands:          []Band{{Name: DefaultBandName, MaxQueueSec: DefaultMaxQueueMillis / 1000.0, HoldWaitSec: DefaultHoldWaitMillis / 1000.0}},
 	}
 }
 
@@ -191,6 +195,9 @@ func parseFlowControl(cfg *Config, r *jsonx.Reader) error {
 	for i := range f.Bands {
 		if f.Bands[i].MaxQueueSec == 0 {
 			f.Bands[i].MaxQueueSec = maxQueue
+		}
+		if f.Bands[i].HoldWaitSec == 0 {
+			f.Bands[i].HoldWaitSec = f.HoldWaitSec
 		}
 		if f.Bands[i].MaxHeld > f.MaxHeld {
 			return errors.New("config: " + KeyFlowControl + ".bands[" + strconv.Itoa(i) + "]." + KeyMaxHeld + " " +
@@ -276,6 +283,9 @@ func parseBands(r *jsonx.Reader) ([]Band, error) {
 			case KeyMaxQueueMs:
 				n, err = boundedInt(at+"."+key, v, 1, 3_600_000)
 				b.MaxQueueSec = float64(n) / 1000
+			case KeyHoldWaitMs:
+				n, err = boundedInt(at+"."+key, v, 1, 3_600_000)
+				b.HoldWaitSec = float64(n) / 1000
 			case KeyBandSheddable, KeyBandFromHeader:
 				if v.Kind != jsonx.Bool {
 					return nil, errors.New("config: " + at + "." + key + " must be true or false, got " + v.Kind.String() + " " + shown(v))
