@@ -64,7 +64,7 @@ func (p *oracle) Pick(now time.Duration, req *Request, _ int) Decision {
 	for b := 0; b <= band; b++ {
 		ahead = ahead || o.queue.BandLen(b) > 0
 	}
-	if p.d.Top[0].WaitSec <= o.cfg.Bands[band].HoldWaitSec && !ahead {
+	if p.d.Top[0].QueueSec <= o.cfg.Bands[band].HoldWaitSec && !ahead {
 		p.commit(now, &p.sreq)
 		return Route(p.d.Index)
 	}
@@ -118,7 +118,7 @@ func (p *oracle) release(now time.Duration) {
 		req := o.reqs[it.ID]
 		p.ledger.SetHeld(o.queue.Len() - 1)
 		p.decide(now, req, &p.sreq)
-		if p.d.Index >= 0 && p.d.Top[0].WaitSec > o.cfg.Bands[it.Band].HoldWaitSec {
+		if p.d.Index >= 0 && p.d.Top[0].QueueSec > o.cfg.Bands[it.Band].HoldWaitSec {
 			return false
 		}
 		d := Reject(503)

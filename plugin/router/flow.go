@@ -151,7 +151,7 @@ func (f *flowControl) admit(s *stream, d *scoring.Decision, req *scoring.Request
 		return 0, false // max_wait_ms answers it with a 429 (root.header): the operator's bound comes first
 	}
 	band := f.bandOf(s, req)
-	saturated := d.Top[0].WaitSec > f.cfg.Bands[band].HoldWaitSec
+	saturated := d.Top[0].QueueSec > f.cfg.Bands[band].HoldWaitSec
 	if !saturated && !f.heldAhead(band) {
 		return 0, false
 	}
@@ -254,7 +254,7 @@ func (f *flowControl) try(it flow.Item, now int64, current *stream) bool {
 	r.ledger.SetHeld(f.queue.Len() - 1 + f.peers.held)
 	d := &r.decision
 	scoring.Pick(&r.params, req, replicas, cached, r.ledger, now, d)
-	if d.Index >= 0 && d.Top[0].WaitSec > f.cfg.Bands[it.Band].HoldWaitSec {
+	if d.Index >= 0 && d.Top[0].QueueSec > f.cfg.Bands[it.Band].HoldWaitSec {
 		return false
 	}
 	f.unhold(s, it.Band)
