@@ -75,6 +75,12 @@ type Candidate struct {
 	// Stale is true when the replica's snapshot was older than
 	// Params.StaleAfter (or missing).
 	Stale bool
+	// QueueSec is the part of WaitSec before the engine would start the
+	// request's prefill by its own admission rule, which admits a prompt
+	// that fits in free KV now (vLLM's): WaitSec with the KV wait counted
+	// only when the prompt itself does not fit, and without the adapter
+	// loads pending there (queueSec). Flow control holds a request on it.
+	QueueSec float64
 	// StartNanos is when a request sent to r at the decision's time is
 	// expected to start its prefill there, on the caller's clock, or 0
 	// when that is unknown (startNanos). Ledger.Dispatch takes it.

@@ -72,7 +72,7 @@ func (k *pickInputs) candidate(p *Params, r *Replica, i, cached int, own *Work, 
 	q := queueOn(r, own, k.promptMean, k.outMean)
 	c.Stale = isStale(r, nowNanos, k.staleNanos)
 	var admitted bool
-	c.WaitSec, admitted = waitSec(p, r, &q, uncached, k.ownOut, k.chunk, t.pendingSec, done, c.Stale)
+	c.WaitSec, c.QueueSec, admitted = waitSec(p, r, &q, uncached, k.ownOut, k.chunk, t.pendingSec, done, c.Stale)
 	c.AdapterSec = adapterSec(h, &q, t)
 	c.StartNanos = startNanos(&r.PeerWork, &q, admitted, nowNanos)
 	if p.ExternalityWeight > 0 {

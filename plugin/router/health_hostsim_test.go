@@ -97,7 +97,8 @@ func busyR1(f *testFleet) {
 // (no tick in between); the ejection ends after the backoff, the next
 // failure ejects it again for twice as long, and a 2xx clears it.
 func TestPassiveEjection(t *testing.T) {
-	f := newTestFleet(t, 2, 2, `,"status_path":"/status"`)
+	// Flow control off: the replicas report queues over its hold bound.
+	f := newTestFleet(t, 2, 2, `,"status_path":"/status","flow_control":{"enabled":false}`)
 	busyR1(f)
 	for i := range 3 {
 		if dst := f.answer(0, "q"+strconv.Itoa(i), respLocal503, nil); dst != addrR0 {

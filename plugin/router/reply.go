@@ -19,6 +19,14 @@ var jsonHeaders = [][2]string{{"content-type", "application/json"}}
 // overloadedBody is the 429 body, in the shape OpenAI's API uses for errors.
 var overloadedBody = []byte(`{"error":{"message":"every eligible replica is over the configured queue bound (max_wait_ms); retry later","type":"rate_limit_exceeded","code":429}}`)
 
+// The bodies of flow control's 429s: nothing of the request, its tenant or
+// the queue's other requests is echoed (TestFlowRepliesRevealNothing).
+var (
+	shedBody         = []byte(`{"error":{"message":"the fleet is saturated and this request's priority band is sheddable; retry later","type":"rate_limit_exceeded","code":429}}`)
+	queueFullBody    = []byte(`{"error":{"message":"too many requests are waiting for capacity in this request's priority band; retry later","type":"rate_limit_exceeded","code":429}}`)
+	queueTimeoutBody = []byte(`{"error":{"message":"the request waited for capacity longer than its priority band allows (max_queue_ms); retry later","type":"rate_limit_exceeded","code":429}}`)
+)
+
 // header writes the decision's destination into the request, or answers
 // locally: 503 when no replica is eligible (TestNoEligibleReplica), 429 when
 // the best one's expected wait is over max_wait_ms (TestOverload429). ok
@@ -78,8 +86,20 @@ func removeAll(m proxy.MapType, name string, bound int) {
 
 // reject answers the request locally and counts it.
 func (r *root) reject(status uint32, details string, body []byte, k stat) types.Action {
+	return r.replyLocally(status, details, body, k, jsonHeaders)
+}
+
+// rejectRetry is reject with a Retry-After header of retryAfter seconds
+// (RFC 9110 §10.2.3), so clients back off for about as long as the line
+// ahead of them takes.
+func (r *root) rejectRetry(status uint32, details string, body []byte, k stat, retryAfter int) types.Action {
+	r.retryHeaders[1][1] = strconv.Itoa(retryAfter)
+	return r.replyLocally(status, details, body, k, r.retryHeaders[:])
+}
+
+func (r *root) replyLocally(status uint32, details string, body []byte, k stat, headers [][2]string) types.Action {
 	r.stats.add(k, 1)
-	if err := proxy.SendLocalResponse(status, details, body, jsonHeaders, proxy.NoGrpcStatus); err != nil {
+	if err := proxy.SendLocalResponse(status, details, body, headers, proxy.NoGrpcStatus); err != nil {
 		r.log.error("cannot send the local " + strconv.Itoa(int(status)) + ": " + err.Error())
 	}
 	return types.ActionPause

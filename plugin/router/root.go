@@ -70,6 +70,7 @@ type root struct {
 	prefixes prefixShare  // the prefix index shared between the workers
 	adapters adapterShare // LoRA placements shared between the workers
 	peers    peering      // placements and work exchanged with other gateways
+	flow     flowControl  // requests held back while the fleet is saturated
 
 	// free recycles stream contexts so a new stream allocates nothing in
 	// steady state (live streams are on the vm).
@@ -77,8 +78,10 @@ type root struct {
 
 	stats stats
 	log   logPrefix
-	// replies is scratch for the local replies' bodies (status, 503).
-	replies []byte
+	// replies is scratch for the local replies' bodies (status, 503), and
+	// retryHeaders the headers of a reply with Retry-After.
+	replies      []byte
+	retryHeaders [2][2]string
 }
 
 // OnPluginStart parses the configuration and sets the root up. A bad
@@ -109,9 +112,15 @@ func (r *root) OnPluginStart(int) types.OnPluginStartStatus {
 		return types.OnPluginStartStatusFailed
 	}
 	r.stats.define(&r.log)
+	r.flow.start()
 	r.log.info("configured " + strconv.Itoa(len(cfg.Replicas)) + " replicas, tick " +
 		strconv.FormatUint(uint64(cfg.TickMillis), 10) + " ms")
-	r.tick(proxy.NowNanos())
+	now := proxy.NowNanos()
+	r.tick(now)
+	if old := r.vm.serving; old != nil && old != r {
+		r.flow.adopt(&old.flow, now)
+	}
+	r.vm.serving = r
 	return types.OnPluginStartStatusOK
 }
 
@@ -144,7 +153,9 @@ func (r *root) setup(cfg *config.Config) error {
 	r.adapters.setup(cfg, r.configID, r.ledger, &r.members)
 	r.peers.setup(cfg, r.configID, peerWorkTTL(cfg), &r.members, &r.work, r.log, &r.stats)
 	r.view.setup(cfg, r)
+	r.flow.setup(r, &cfg.Flow)
 	r.replies = make([]byte, 0, 4096)
+	r.retryHeaders = [2][2]string{jsonHeaders[0], {"retry-after", ""}}
 	return nil
 }
 
@@ -217,6 +228,9 @@ func (r *root) tick(now int64) {
 		r.peers.ask()
 	}
 	r.enforceDrains(now)
+	if !r.cfg.Scraper {
+		r.flow.tick(now)
+	}
 	if n := r.ledger.Sweep(now - int64(sweepAfter)); n > 0 {
 		r.stats.add(r.stats.sweptFlights, int64(n))
 	}
@@ -240,6 +254,13 @@ func (r *root) exchangeWork(now int64) {
 	r.work.refresh(now)
 	r.work.retain()
 	r.view.gatherPeerWork(now)
+}
+
+// OnQueueReady reads this worker's wake queue (flow control).
+func (r *root) OnQueueReady(queueID uint32) {
+	if r.cfg != nil {
+		r.flow.queueReady(queueID)
+	}
 }
 
 // NewHttpContext hands out a recycled stream context.

@@ -33,9 +33,12 @@ const (
 	// HeaderDecision is the opt-in response header explaining the decision.
 	HeaderDecision = "x-gpuroute-decision"
 
-	detailsUnavailable = "gpuroute_no_eligible_replica"
-	detailsOverloaded  = "gpuroute_overloaded"
-	detailsStatus      = "gpuroute_status"
+	detailsUnavailable  = "gpuroute_no_eligible_replica"
+	detailsOverloaded   = "gpuroute_overloaded"
+	detailsStatus       = "gpuroute_status"
+	detailsShed         = "gpuroute_shed"
+	detailsQueueFull    = "gpuroute_queue_full"
+	detailsQueueTimeout = "gpuroute_queue_timeout"
 )
 
 // New returns the VM context to register with proxy.SetVMContext.
@@ -48,6 +51,9 @@ func New() types.VMContext { return &vm{} }
 type vm struct {
 	types.DefaultVMContext
 	live []*stream
+	// serving is the root of the last configuration this VM accepted: a
+	// new one takes over the requests it holds (flowControl.adopt).
+	serving *root
 }
 
 // NewPluginContext creates the state of one root context.

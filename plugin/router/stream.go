@@ -6,6 +6,7 @@ import (
 	"github.com/gpuroute/gpuroute/plugin/openai"
 	"github.com/gpuroute/gpuroute/plugin/proxy"
 	"github.com/gpuroute/gpuroute/scoring"
+	"github.com/gpuroute/gpuroute/scoring/flow"
 )
 
 // stream is one HTTP request's context, recycled through root.free.
@@ -42,15 +43,32 @@ type stream struct {
 	// whether a drain deadline ended the stream.
 	answeredBy int
 	forced     bool
+
+	// Flow control (flow.go): the band the client asked for (-1: none it
+	// may choose) and its tenant key, from the request headers; while the
+	// request is held, its band, queue handle and slot, when it was held,
+	// and its features with their own copy of the prefix chain; inline
+	// marks a held request released by its own callback.
+	askedBand int
+	tenant    uint64
+	held      bool
+	inline    bool
+	band      int
+	slot      uint32
+	handle    flow.Handle
+	heldNanos int64
+	heldReq   scoring.Request
+	heldChain []uint64
 }
 
 func (s *stream) reset(r *root, id uint32) {
-	counter, explain := s.counter, s.explain[:0]
+	counter, explain, chain := s.counter, s.explain[:0], s.heldChain[:0]
 	if counter == nil {
 		counter = new(openai.StreamCounter)
 	}
 	counter.Reset()
-	*s = stream{root: r, id: id, replica: -1, liveAt: -1, counter: counter, explain: explain, answeredBy: -1}
+	*s = stream{root: r, id: id, replica: -1, liveAt: -1, counter: counter, explain: explain, answeredBy: -1,
+		askedBand: -1, heldChain: chain}
 }
 
 // OnHttpRequestHeaders removes any client-sent destination first, before
@@ -73,6 +91,7 @@ func (s *stream) OnHttpRequestHeaders(numHeaders int, endOfStream bool) types.Ac
 	}
 	if kind, ok := openai.KindFromPath(path); ok && !endOfStream {
 		s.inference, s.kind = true, kind
+		r.flow.classify(s)
 		return types.ActionPause
 	}
 	return s.route(nil, false)
@@ -124,7 +143,11 @@ func (s *stream) route(body []byte, truncated bool) types.Action {
 	req := r.features.of(parsed, body != nil || s.inference)
 	replicas, cached := r.view.forRequest(req, now)
 	d := &r.decision
+	r.flow.prepare()
 	scoring.Pick(&r.params, req, replicas, cached, r.ledger, now, d)
+	if action, held := r.flow.admit(s, d, req, now); held {
+		return action
+	}
 	if action, ok := r.header(d); !ok {
 		return action
 	}
@@ -222,6 +245,7 @@ func (s *stream) firstToken(now int64) {
 	}
 	r.ledger.FirstTokenAt(s.flight, now)
 	r.work.publishOn(i, now)
+	r.flow.freed(now, s)
 }
 
 // OnHttpStreamDone releases the request's accounting exactly once: a
@@ -233,6 +257,7 @@ func (s *stream) OnHttpStreamDone() {
 	if r == nil {
 		return
 	}
+	r.flow.gone(s)
 	s.release()
 	s.root = nil
 	if len(r.free) < maxFreeStreams {
@@ -259,6 +284,7 @@ func (s *stream) release() {
 		r.stats.tally(r.stats.inFlight, -1)
 		s.flight = 0
 		r.work.publishOn(s.replica, now)
+		r.flow.freed(now, s)
 	}
 	if live := &r.vm.live; s.liveAt >= 0 && s.liveAt < len(*live) {
 		last := len(*live) - 1
