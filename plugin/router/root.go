@@ -31,6 +31,11 @@ const (
 	maxIndexEntries = 1 << 16
 )
 
+// firstTickMillis is the wait for a root's first tick: a worker joins, takes
+// the lease and scrapes right after its configuration rather than a whole
+// tick_ms later (TestConfigure).
+const firstTickMillis = 1
+
 // sweepAfter drops a flight whose response callbacks never came (a lost
 // stream must not count as load forever); no generation runs this long.
 const sweepAfter = 30 * time.Minute
@@ -52,6 +57,7 @@ type root struct {
 	cfg      *config.Config
 	params   scoring.Params
 	configID uint64 // shared.ConfigIDOf the replica list: shared state of another list is ignored
+	ticked   bool   // the first tick set the period to tick_ms
 
 	// The decision: what a request asks (features), Pick's input (view),
 	// the outstanding work and the prefix index it prices by, and Pick's
@@ -104,14 +110,21 @@ func (r *root) OnPluginStart(int) types.OnPluginStartStatus {
 		r.log.error("configuration refused, the previous one keeps serving: " + err.Error())
 		return types.OnPluginStartStatusFailed
 	}
-	if err := proxy.SetTickPeriodMillis(cfg.TickMillis); err != nil {
+	if err := proxy.SetTickPeriodMillis(firstTickMillis); err != nil {
 		r.log.error("cannot set the tick period: " + err.Error())
 		return types.OnPluginStartStatusFailed
 	}
 	r.stats.define(&r.log)
 	r.log.info("configured " + strconv.Itoa(len(cfg.Replicas)) + " replicas, tick " +
 		strconv.FormatUint(uint64(cfg.TickMillis), 10) + " ms")
-	r.tick(proxy.NowNanos())
+	// Envoy runs proxy_on_configure first in a throwaway canary VM that it
+	// destroys without proxy_on_done: here the root only reads the fleet
+	// view; joining the worker list, the lease and the scrapes wait for its
+	// first tick, firstTickMillis away, which a canary never gets
+	// (TestCanaryLeavesNoTrace).
+	r.scrape.readSnapshot()
+	r.health.sync()
+	r.health.presentAll(proxy.NowNanos())
 	return types.OnPluginStartStatusOK
 }
 
@@ -173,10 +186,17 @@ func (r *root) OnPluginDone() bool {
 	return true
 }
 
-// OnTick runs the root's periodic work.
+// OnTick runs the root's periodic work; the first tick sets the period to
+// tick_ms.
 func (r *root) OnTick() {
 	if r.cfg == nil {
 		return
+	}
+	if !r.ticked {
+		r.ticked = true
+		if err := proxy.SetTickPeriodMillis(r.cfg.TickMillis); err != nil {
+			r.log.error("cannot set the tick period: " + err.Error())
+		}
 	}
 	r.tick(proxy.NowNanos())
 }

@@ -86,8 +86,12 @@ func TestConfigure(t *testing.T) {
 					t.Fatalf("configure(%s) = %v, want %v", tc.cfg, got, tc.ok)
 				}
 				if tc.ok {
+					if p := d.tickPeriodMillis(); p != firstTickMillis {
+						t.Errorf("tick period after configure(%s) = %d ms, want %d", tc.cfg, p, firstTickMillis)
+					}
+					d.tick()
 					if p := d.tickPeriodMillis(); p != 250 {
-						t.Errorf("tick period after configure(%s) = %d ms, want 250", tc.cfg, p)
+						t.Errorf("tick period after configure(%s) and a tick = %d ms, want 250", tc.cfg, p)
 					}
 					return
 				}
