@@ -167,7 +167,6 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 	cachedTokens, done = cachedTokens[:len(replicas)], done[:len(replicas)]
 
 	best := math.Inf(1)
-	minWait := math.Inf(1)
 	for i := range replicas {
 		r := &replicas[i]
 		c := &cands[i]
@@ -307,18 +306,16 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		cost := c.CostSec()
 		cost = selF(cost != cost, cost, math.Inf(1))
 		d.Eligible++
-		// Comparisons, not min (a runtime call on wasm). cost is never
-		// NaN; a NaN w sticks as min would make it, and ±0 compare equal
-		// where these are used.
+		// A comparison, not min (a runtime call on wasm); cost is never
+		// NaN.
 		best = selF(cost < best, best, cost)
-		minWait = selF(b2u(w < minWait)|b2u(w != w) != 0, minWait, w)
 	}
 	if d.Eligible == 0 {
 		return
 	}
 	limit := best + p.TieEpsilonSec
 	ties, tie := d.fillTop(cands, limit)
-	d.settle(p, req, replicas, cands, limit, ties, tie, minWait)
+	d.settle(p, req, replicas, cands, limit, ties, tie)
 }
 
 // onWasm selects code shapes that are faster under wazero than natively.

@@ -7,7 +7,7 @@
 //
 // It reads JSON with plugin/jsonx rather than encoding/json (reflect) or
 // github.com/buger/jsonparser (imports fmt, hence os), keeping the wasm module
-// free of both (ABI.md §1.5, STYLE.md 23). Unknown keys, duplicate
+// free of both (docs/abi.md "proxy-wasm ABI v0.2.1"). Unknown keys, duplicate
 // keys and bad values are errors that quote the offending input, so a typo
 // never silently falls back to a default. New keys are added in the key
 // switches of parseTop and parseReplica, with a row in config_test.go.
@@ -60,6 +60,7 @@ const (
 	KeyPrefillChunkTokens = "prefill_chunk_tokens"
 	KeyPassiveFailures    = "passive_failures"
 	KeyPassiveBackoffMs   = "passive_backoff_ms"
+	KeyRemovedDrainMs     = "removed_drain_ms"
 	KeyRole               = "role"
 )
 
@@ -126,13 +127,21 @@ const (
 	// repeated ejections, base_ejection_time × ejection count).
 	DefaultPassiveBackoffMillis = 2000
 	MaxPassiveBackoffMillis     = 30_000
+	// DefaultRemovedDrainMillis is how long the streams on a replica that
+	// a configuration change removed may go on before the plugin resets
+	// them: longer than Kubernetes' default termination grace period (30 s),
+	// so that the router does not cut what the pod would still finish; a
+	// pod that ends sooner ends its streams itself.
+	DefaultRemovedDrainMillis = 60_000
+	MaxRemovedDrainMillis     = 3_600_000
 )
 
 // State is a replica's admission state.
 type State uint8
 
 // Replica states. Draining and drained replicas get no new requests; in-flight
-// ones on a draining replica continue until its deadline (DESIGN.md §3).
+// ones on a draining replica continue until its deadline (docs/design.md
+// "Health and drains").
 const (
 	StateActive State = iota
 	StateDraining
@@ -237,6 +246,10 @@ type Config struct {
 	// each further ejection up to MaxPassiveBackoffMillis); 0 disables.
 	PassiveFailures      int
 	PassiveBackoffMillis uint32
+	// RemovedDrainMillis is how long a replica that a configuration change
+	// removed, or gave a new address, drains: its streams go on, closed to
+	// new work, and are reset when it ends (0: at the next tick).
+	RemovedDrainMillis uint32
 	// PeerExchange shares placements and in-flight work with other
 	// gateway instances (off by default).
 	PeerExchange PeerExchange
@@ -279,6 +292,7 @@ func Parse(data []byte) (*Config, error) {
 		MaxBodyBytes:           DefaultMaxBodyBytes,
 		ScrapeTimeoutMillis:    DefaultScrapeTimeoutMillis,
 		UnhealthyAfterFailures: DefaultUnhealthyAfter,
+		RemovedDrainMillis:     DefaultRemovedDrainMillis,
 		PassiveFailures:        DefaultPassiveFailures,
 		PassiveBackoffMillis:   DefaultPassiveBackoffMillis,
 		Params:                 scoring.DefaultParams(),
@@ -493,6 +507,13 @@ func setReplicaString(r *Replica, i int, key, s string) error {
 		}
 		if err := maxLen(field(i, key), s, MaxNameBytes); err != nil {
 			return err
+		}
+		// A name goes into the decision header, log lines and stat names:
+		// a control character would end or garble them.
+		for _, c := range []byte(s) {
+			if c < 0x20 || c == 0x7f {
+				return errors.New("config: " + field(i, key) + " " + quoteString(s) + " must not contain control characters")
+			}
 		}
 		r.Name = s
 	case KeyAddress:

@@ -43,6 +43,12 @@ func TestParseAccepts(t *testing.T) {
 		{name: "draining with deadline", in: `{"replicas":[{"name":"a","address":"10.0.0.1:1","state":"draining","drain_deadline_ms":1767225600000}]}`, check: func(c *Config) bool {
 			return c.Replicas[0].State == StateDraining && c.Replicas[0].DrainDeadlineUnixMillis == 1767225600000
 		}},
+		{name: "removed drain", in: `{"replicas":[{"name":"a","address":"10.0.0.1:1"}],"removed_drain_ms":0}`, check: func(c *Config) bool {
+			return c.RemovedDrainMillis == 0
+		}},
+		{name: "removed drain default", in: `{"replicas":[{"name":"a","address":"10.0.0.1:1"}]}`, check: func(c *Config) bool {
+			return c.RemovedDrainMillis == DefaultRemovedDrainMillis
+		}},
 		{name: "drained", in: `{"replicas":[{"name":"a","address":"10.0.0.1:1","state":"drained"},{"name":"b","address":"10.0.0.2:1"}]}`, check: func(c *Config) bool {
 			return c.Replicas[0].State == StateDrained && c.Replicas[1].State == StateActive
 		}},
@@ -106,6 +112,10 @@ func TestParseRejects(t *testing.T) {
 			want: `config: replicas[0].address "10.0.0.1:0" has port 0`},
 		{name: "unspecified", in: `{"replicas":[{"name":"a","address":"0.0.0.0:80"}]}`,
 			want: `config: replicas[0].address "0.0.0.0:80" is an unspecified address`},
+		{name: "control character in name", in: `{"replicas":[{"name":"a\nb","address":"10.0.0.1:1"}]}`,
+			want: `config: replicas[0].name "a\nb" must not contain control characters`},
+		{name: "removed drain bound", in: `{"replicas":[` + r(``) + `],"removed_drain_ms":3600001}`,
+			want: `config: removed_drain_ms must be in [0, 3600000], got 3600001`},
 		{name: "duplicate name", in: three + `{"name":"a","address":"10.0.0.3:1"}]}`,
 			want: `config: replicas[2].name "a" duplicates replicas[0].name`},
 		{name: "empty list", in: `{"replicas":[]}`, want: `config: replicas must list at least one replica`},

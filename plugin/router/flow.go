@@ -157,11 +157,11 @@ func (f *flowControl) admit(s *stream, d *scoring.Decision, req *scoring.Request
 	}
 	if f.cfg.Bands[band].Sheddable {
 		f.stats.count(f.stats.bands[band].shed, 1)
-		return f.r.rejectRetry(429, detailsShed, shedBody, f.r.stats.overloaded, f.retryAfter(band)), true
+		return f.r.reject(429, detailsShed, shedBody, f.r.stats.overloaded, f.retryAfter(band)), true
 	}
 	if len(f.free) == 0 {
 		f.stats.count(f.stats.bands[band].full, 1)
-		return f.r.rejectRetry(429, detailsQueueFull, queueFullBody, f.r.stats.overloaded, f.retryAfter(band)), true
+		return f.r.reject(429, detailsQueueFull, queueFullBody, f.r.stats.overloaded, f.retryAfter(band)), true
 	}
 	slot := f.free[len(f.free)-1]
 	it := flow.Item{ID: slot, Band: band, Tenant: s.tenant,
@@ -169,7 +169,7 @@ func (f *flowControl) admit(s *stream, d *scoring.Decision, req *scoring.Request
 	h, err := f.queue.Push(it, now)
 	if err != nil {
 		f.stats.count(f.stats.bands[band].full, 1)
-		return f.r.rejectRetry(429, detailsQueueFull, queueFullBody, f.r.stats.overloaded, f.retryAfter(band)), true
+		return f.r.reject(429, detailsQueueFull, queueFullBody, f.r.stats.overloaded, f.retryAfter(band)), true
 	}
 	f.free = f.free[:len(f.free)-1]
 	f.slots[slot] = s
@@ -258,7 +258,7 @@ func (f *flowControl) try(it flow.Item, now int64, current *stream) bool {
 		return false
 	}
 	f.unhold(s, it.Band)
-	if _, ok := r.header(d); !ok {
+	if _, ok := r.header(d, now); !ok {
 		return true // answered locally (503: no replica can serve it)
 	}
 	f.stats.count(f.stats.bands[it.Band].admitted, 1)
@@ -284,7 +284,7 @@ func (f *flowControl) timedOut(it flow.Item, now int64) {
 	f.unhold(s, it.Band)
 	f.stats.count(f.stats.bands[it.Band].timedOut, 1)
 	if proxy.SetEffectiveContext(s.id) == nil {
-		f.r.rejectRetry(429, detailsQueueTimeout, queueTimeoutBody, f.r.stats.overloaded, f.retryAfter(it.Band))
+		f.r.reject(429, detailsQueueTimeout, queueTimeoutBody, f.r.stats.overloaded, f.retryAfter(it.Band))
 	}
 }
 
@@ -356,10 +356,10 @@ func (f *flowControl) unhold(s *stream, band int) {
 	f.stats.count(f.stats.bands[band].holding, -1)
 }
 
-// retryAfter estimates, in whole seconds in [1, 60], when a request of band
-// could be admitted: the held requests ahead of it over the recent release
-// rate (TestRetryAfter).
-func (f *flowControl) retryAfter(band int) int {
+// retryAfter estimates, in whole seconds (retrySec's bounds), when a
+// request of band could be admitted: the held requests ahead of it over the
+// recent release rate (TestRetryAfter).
+func (f *flowControl) retryAfter(band int) int64 {
 	ahead := 0
 	for b := 0; b <= band && b < len(f.cfg.Bands); b++ {
 		ahead += f.queue.BandLen(b)
@@ -369,7 +369,7 @@ func (f *flowControl) retryAfter(band int) int {
 	if rate > 0 {
 		sec = float64(ahead+1) / rate
 	}
-	return int(min(max(sec+0.999, 1), 60))
+	return retrySec(sec)
 }
 
 // hold keeps what the late decision needs: the request's features with a
@@ -430,7 +430,7 @@ func (f *flowControl) take(s *stream, bandName string, it flow.Item, now int64) 
 	req := &s.heldReq
 	replicas, cached := r.view.forRequest(req, now)
 	scoring.Pick(&r.params, req, replicas, cached, r.ledger, now, &r.decision)
-	if _, ok := r.header(&r.decision); ok {
+	if _, ok := r.header(&r.decision, now); ok {
 		s.dispatch(&r.decision, req, now)
 		_ = proxy.ContinueStream(proxy.StreamTypeHttpRequest)
 	}

@@ -60,19 +60,3 @@ func (s *flowStats) count(k flowStat, delta int64) {
 		_ = proxy.IncrementMetric(uint32(k), delta)
 	}
 }
-
-// statName writes a configured name in the characters Envoy's stat names
-// and Prometheus' metric names share.
-func statName(name string) string {
-	b := []byte(name)
-	for i, c := range b {
-		switch {
-		case 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '_':
-		case 'A' <= c && c <= 'Z':
-			b[i] = c + 'a' - 'A'
-		default:
-			b[i] = '_'
-		}
-	}
-	return string(b)
-}

@@ -20,9 +20,8 @@ type stream struct {
 	inference bool
 	kind      openai.Kind
 	decided   bool
-	replica   int
-	addr      string // the chosen replica's address (drains match on it)
-	liveAt    int    // index in vm.live, -1 when not live
+	replica   int // ledger index: a configured replica, or a retiree after a handover
+	liveAt    int // index in vm.live, -1 when not live
 	flight    scoring.Flight
 
 	// What the response teaches: TTFT for calibration, tokens for the
@@ -148,7 +147,7 @@ func (s *stream) route(body []byte, truncated bool) types.Action {
 	if action, held := r.flow.admit(s, d, req, now); held {
 		return action
 	}
-	if action, ok := r.header(d); !ok {
+	if action, ok := r.header(d, now); !ok {
 		return action
 	}
 	s.dispatch(d, req, now)
@@ -157,7 +156,7 @@ func (s *stream) route(body []byte, truncated bool) types.Action {
 
 // dispatch accounts for a request sent where d says: the ledger's flight,
 // the work published to the other workers, the prefix and adapter
-// placements, the live list drains walk, the stats and the explanation.
+// placements, the stats and the explanation.
 func (s *stream) dispatch(d *scoring.Decision, req *scoring.Request, now int64) {
 	r := s.root
 	best := &d.Top[0]
@@ -171,6 +170,7 @@ func (s *stream) dispatch(d *scoring.Decision, req *scoring.Request, now int64) 
 	s.flight = r.ledger.Dispatch(d.Index, req, s.uncached, now, best.StartNanos)
 	if s.flight != 0 {
 		r.stats.tally(r.stats.inFlight, 1)
+		r.stats.tally(r.stats.replica(d.Index).inFlight, 1)
 		r.work.publishOn(d.Index, now)
 	}
 	if len(req.Chain) > 0 {
@@ -179,9 +179,6 @@ func (s *stream) dispatch(d *scoring.Decision, req *scoring.Request, now int64) 
 	if req.Adapter != "" {
 		r.prefixes.dispatchedAdapter(d.Index, r.view.adapterKey[:])
 	}
-	s.addr = rep.Addr
-	s.liveAt = len(r.vm.live)
-	r.vm.live = append(r.vm.live, s)
 	r.stats.decided(d, req, &rep.Hardware, r.params.AdapterToleranceSec)
 	if r.cfg.DecisionHeader {
 		s.explain = d.AppendExplain(s.explain[:0], r.view.replicas)
@@ -282,6 +279,7 @@ func (s *stream) release() {
 			r.ledger.Cancel(s.flight)
 		}
 		r.stats.tally(r.stats.inFlight, -1)
+		r.stats.tally(r.stats.replica(s.replica).inFlight, -1)
 		s.flight = 0
 		r.work.publishOn(s.replica, now)
 		r.flow.freed(now, s)
