@@ -29,7 +29,7 @@ const (
 const (
 	// DefaultHoldWaitMillis holds a request when even its best replica's
 	// expected wait before its prefill starts is longer than this.
-	DefaultHoldWaitMillis = 1000
+	DefaultHoldWaitMillis = 3000
 	// DefaultMaxQueueMillis is how long a request may be held before it
 	// gets a 429 (Envoy's stream idle timeout, 5 minutes by default, and
 	// the client's timeout must be longer).

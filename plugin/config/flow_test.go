@@ -13,7 +13,7 @@ func TestFlowControlDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := cfg.Flow
-	if !f.Enabled || f.HoldWaitSec != 1 || len(f.Bands) != 1 || f.Bands[0].Name != DefaultBandName ||
+	if !f.Enabled || f.HoldWaitSec != DefaultHoldWaitMillis/1000.0 || len(f.Bands) != 1 || f.Bands[0].Name != DefaultBandName ||
 		f.Bands[0].MaxQueueSec != 30 || f.MaxHeld != DefaultMaxHeld || f.PriorityHeader != DefaultPriorityHeader || f.TenantHeader != "" {
 		t.Fatalf("default flow control = %+v, want on, 1 s, one band %q of 30 s, %d held, no tenant header", f, DefaultBandName, DefaultMaxHeld)
 	}

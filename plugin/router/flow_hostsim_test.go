@@ -212,7 +212,7 @@ func TestFlowRefusesBandNotAllowed(t *testing.T) {
 // worker 0's request is held; when worker 1's request ends, worker 0 is
 // woken through its shared queue and sends its request, before any tick.
 func TestFlowWakesAnotherWorker(t *testing.T) {
-	f := newTestFleet(t, 2, 1, "")
+	f := newTestFleet(t, 2, 1, `,"flow_control":{"hold_wait_ms":1000}`)
 	f.advance(300 * time.Millisecond)
 	// About 0.4 s of prefill each: three fit under the hold bound, a
 	// fourth does not.
