@@ -87,14 +87,15 @@ func ParseTemplate(data []byte) (*corev3.TypedExtensionConfig, error) {
 	if got := ext.GetTypedConfig().GetTypeUrl(); got != WasmTypeURL {
 		return nil, errors.New("ecds: template typed_config is " + strconv.Quote(got) + ", want " + WasmTypeURL)
 	}
-	if _, err := pluginConfig(&ext); err != nil {
+	if _, err := Configuration(&ext); err != nil {
 		return nil, err
 	}
 	return &ext, nil
 }
 
-// pluginConfig returns the plugin configuration of a template.
-func pluginConfig(ext *corev3.TypedExtensionConfig) ([]byte, error) {
+// Configuration returns the plugin configuration of a template: the
+// filter's StringValue, or nil if it has none.
+func Configuration(ext *corev3.TypedExtensionConfig) ([]byte, error) {
 	var w wasmfilterv3.Wasm
 	if err := ext.GetTypedConfig().UnmarshalTo(&w); err != nil {
 		return nil, errors.New("ecds: template typed_config: " + err.Error())
@@ -116,7 +117,7 @@ func pluginConfig(ext *corev3.TypedExtensionConfig) ([]byte, error) {
 // New returns a server of template that serves nothing until the first
 // Publish: Envoy's listener waits for it rather than serving unrouted.
 func New(template *corev3.TypedExtensionConfig, log *slog.Logger) (*Server, error) {
-	base, err := pluginConfig(template)
+	base, err := Configuration(template)
 	if err != nil {
 		return nil, err
 	}
