@@ -2,6 +2,7 @@ package examples
 
 import (
 	"bytes"
+	"encoding/json"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -164,7 +165,11 @@ func TestEveryExampleIsTested(t *testing.T) {
 	for _, f := range istioFiles {
 		known[filepath.Join("istio", f)] = true
 	}
-	for _, pattern := range []string{"envoy/*.yaml", "envoy/*.yml", "envoy/*.json", "istio/*.yaml", "istio/*.yml"} {
+	for _, f := range kubernetesFiles {
+		known[filepath.Join("kubernetes", filepath.FromSlash(f))] = true
+	}
+	for _, pattern := range []string{"envoy/*.yaml", "envoy/*.yml", "envoy/*.json", "istio/*.yaml", "istio/*.yml",
+		"kubernetes/*.yaml", "kubernetes/*.yml", "kubernetes/*/*.yaml", "kubernetes/*/*.yml"} {
 		files, err := filepath.Glob(pattern)
 		if err != nil {
 			t.Fatal(err)
@@ -413,6 +418,31 @@ func splitDocs(b []byte) [][]byte {
 	return docs
 }
 
+// istioDoc decodes one Istio object: its top-level keys strictly, its spec
+// into the istio.io/api message with unknown fields rejected.
+func istioDoc(t *testing.T, where string, doc []byte) (istioObject, proto.Message) {
+	t.Helper()
+	var obj istioObject
+	if err := yaml.UnmarshalStrict(doc, &obj); err != nil {
+		t.Fatalf("%s: %v", where, err)
+	}
+	if obj.Metadata.Name == "" {
+		t.Errorf("%s: metadata.name is empty", where)
+	}
+	spec := istioSpec(obj.APIVersion, obj.Kind)
+	if spec == nil {
+		t.Fatalf("%s: unexpected %s %s", where, obj.APIVersion, obj.Kind)
+	}
+	var top map[string]json.RawMessage
+	if err := yaml.Unmarshal(doc, &top); err != nil {
+		t.Fatalf("%s: %v", where, err)
+	}
+	if err := strict.Unmarshal(top["spec"], spec); err != nil {
+		t.Fatalf("%s: protojson.Unmarshal(spec) into %T: %v", where, spec, err)
+	}
+	return obj, spec
+}
+
 func TestIstioExamples(t *testing.T) {
 	// Cluster names Istio builds for the ServiceEntries: outbound|port||host.
 	istioClusters := map[string]bool{}
@@ -425,35 +455,7 @@ func TestIstioExamples(t *testing.T) {
 		}
 		for i, doc := range splitDocs(raw) {
 			where := file + "#" + strconv.Itoa(i)
-			j, err := yaml.YAMLToJSON(doc)
-			if err != nil {
-				t.Fatalf("%s: %v", where, err)
-			}
-			var obj istioObject
-			if err := yaml.UnmarshalStrict(doc, &obj); err != nil {
-				t.Fatalf("%s: %v", where, err)
-			}
-			if obj.Metadata.Name == "" {
-				t.Errorf("%s: metadata.name is empty", where)
-			}
-			spec := istioSpec(obj.APIVersion, obj.Kind)
-			if spec == nil {
-				t.Fatalf("%s: unexpected %s %s", where, obj.APIVersion, obj.Kind)
-			}
-			var top map[string]any
-			if err := yaml.Unmarshal(j, &top); err != nil {
-				t.Fatal(err)
-			}
-			specJSON, err := yaml.Marshal(top["spec"])
-			if err != nil {
-				t.Fatal(err)
-			}
-			if specJSON, err = yaml.YAMLToJSON(specJSON); err != nil {
-				t.Fatal(err)
-			}
-			if err := strict.Unmarshal(specJSON, spec); err != nil {
-				t.Fatalf("%s: protojson.Unmarshal(spec) into %T: %v", where, spec, err)
-			}
+			_, spec := istioDoc(t, where, doc)
 			switch s := spec.(type) {
 			case *extensionsv1alpha1.WasmPlugin:
 				plugins = append(plugins, s)
