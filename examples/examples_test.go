@@ -14,6 +14,7 @@ import (
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	wasmfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	overridehostv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/override_host/v3"
@@ -199,37 +200,29 @@ func TestEnvoyExamples(t *testing.T) {
 			var routeClusters []string
 			var retries uint32
 			var filters int
-			for _, l := range bs.GetStaticResources().GetListeners() {
-				for _, fc := range l.GetFilterChains() {
-					for _, f := range fc.GetFilters() {
-						var hcm hcmv3.HttpConnectionManager
-						if err := f.GetTypedConfig().UnmarshalTo(&hcm); err != nil {
-							t.Fatalf("%s: listener %s: filter %s is not an HttpConnectionManager: %v", tc.file, l.GetName(), f.GetName(), err)
-						}
-						for _, vh := range hcm.GetRouteConfig().GetVirtualHosts() {
-							for _, r := range vh.GetRoutes() {
-								routeClusters = append(routeClusters, r.GetRoute().GetCluster())
-								retries = max(retries, r.GetRoute().GetRetryPolicy().GetNumRetries().GetValue())
-							}
-						}
-						hf := hcm.GetHttpFilters()
-						if n := len(hf); n < 2 || hf[n-1].GetName() != "envoy.filters.http.router" {
-							t.Errorf("%s: the router must be the last HTTP filter", tc.file)
-						}
-						for _, h := range hf {
-							if h.GetName() != "gpuroute" {
-								continue
-							}
-							filters++
-							cfg := checkFilter(t, tc, h, clusters)
-							if cfg.Scraper {
-								t.Errorf("%s: the gpuroute HTTP filter has role %q, which routes without sharing its work", tc.file, config.RoleScraper)
-							}
-							cfgs = append(cfgs, cfg)
-						}
+			eachHCM(t, tc.file, &bs, func(_ *listenerv3.Listener, hcm *hcmv3.HttpConnectionManager) {
+				for _, vh := range hcm.GetRouteConfig().GetVirtualHosts() {
+					for _, r := range vh.GetRoutes() {
+						routeClusters = append(routeClusters, r.GetRoute().GetCluster())
+						retries = max(retries, r.GetRoute().GetRetryPolicy().GetNumRetries().GetValue())
 					}
 				}
-			}
+				hf := hcm.GetHttpFilters()
+				if n := len(hf); n < 2 || hf[n-1].GetName() != "envoy.filters.http.router" {
+					t.Errorf("%s: the router must be the last HTTP filter", tc.file)
+				}
+				for _, h := range hf {
+					if h.GetName() != "gpuroute" {
+						continue
+					}
+					filters++
+					cfg := checkFilter(t, tc, h, clusters)
+					if cfg.Scraper {
+						t.Errorf("%s: the gpuroute HTTP filter has role %q, which routes without sharing its work", tc.file, config.RoleScraper)
+					}
+					cfgs = append(cfgs, cfg)
+				}
+			})
 			if filters != 1 {
 				t.Fatalf("%s: %d gpuroute HTTP filters, want 1", tc.file, filters)
 			}
@@ -280,6 +273,23 @@ func TestEnvoyExamples(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// eachHCM calls f with every HTTP connection manager of a bootstrap's
+// listeners; a network filter that is not one fails the test.
+func eachHCM(t *testing.T, file string, bs *bootstrapv3.Bootstrap, f func(*listenerv3.Listener, *hcmv3.HttpConnectionManager)) {
+	t.Helper()
+	for _, l := range bs.GetStaticResources().GetListeners() {
+		for _, fc := range l.GetFilterChains() {
+			for _, nf := range fc.GetFilters() {
+				var hcm hcmv3.HttpConnectionManager
+				if err := nf.GetTypedConfig().UnmarshalTo(&hcm); err != nil {
+					t.Fatalf("%s: listener %s: filter %s is not an HttpConnectionManager: %v", file, l.GetName(), nf.GetName(), err)
+				}
+				f(l, &hcm)
+			}
+		}
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	wasmfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	wasmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/wasm/v3"
@@ -639,46 +640,38 @@ func TestKubernetesEnvoy(t *testing.T) {
 		t.Errorf("--metrics-cluster=%s: want an ORIGINAL_DST cluster of the bootstrap reading %s", ra.MetricsCluster, originalDstHeader)
 	}
 	var filters int
-	for _, l := range bs.GetStaticResources().GetListeners() {
-		for _, fc := range l.GetFilterChains() {
-			for _, f := range fc.GetFilters() {
-				var hcm hcmv3.HttpConnectionManager
-				if err := f.GetTypedConfig().UnmarshalTo(&hcm); err != nil {
-					t.Fatal(err)
+	eachHCM(t, "gateway bootstrap", &bs, func(l *listenerv3.Listener, hcm *hcmv3.HttpConnectionManager) {
+		for _, vh := range hcm.GetRouteConfig().GetVirtualHosts() {
+			for _, r := range vh.GetRoutes() {
+				target := r.GetRoute().GetCluster()
+				if target == ra.MetricsCluster {
+					t.Errorf("listener %s routes to the metrics cluster: clients could reach any address", l.GetName())
 				}
-				for _, vh := range hcm.GetRouteConfig().GetVirtualHosts() {
-					for _, r := range vh.GetRoutes() {
-						target := r.GetRoute().GetCluster()
-						if target == ra.MetricsCluster {
-							t.Errorf("listener %s routes to the metrics cluster: clients could reach any address", l.GetName())
-						}
-						if c := clusters[target]; c.GetType() == clusterv3.Cluster_ORIGINAL_DST {
-							checkDestination(t, envoyCase{name: "kubernetes", file: "kubernetes/envoy/gateway.yaml"}, c, cfg, 0)
-						}
-						if reachesAdmin(&bs, clusters[target]) && r.GetMatch().GetPath() != "/stats/prometheus" {
-							t.Errorf("listener %s routes %v to the admin interface, want only the exact path /stats/prometheus", l.GetName(), r.GetMatch())
-						}
-					}
+				if c := clusters[target]; c.GetType() == clusterv3.Cluster_ORIGINAL_DST {
+					checkDestination(t, envoyCase{name: "kubernetes", file: "kubernetes/envoy/gateway.yaml"}, c, cfg, 0)
 				}
-				for _, h := range hcm.GetHttpFilters() {
-					if h.GetName() != tmpl.GetName() {
-						continue
-					}
-					filters++
-					cd := h.GetConfigDiscovery()
-					if !slices.Contains(cd.GetTypeUrls(), ecds.WasmTypeURL) {
-						t.Errorf("filter %s: config_discovery type_urls %v lack %s", h.GetName(), cd.GetTypeUrls(), ecds.WasmTypeURL)
-					}
-					for _, g := range cd.GetConfigSource().GetApiConfigSource().GetGrpcServices() {
-						sa := clusters[g.GetEnvoyGrpc().GetClusterName()].GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress()
-						if want := xds.Name + "." + xds.Namespace + ".svc.cluster.local"; sa.GetAddress() != want || int32(sa.GetPortValue()) != xds.Spec.Ports[0].Port {
-							t.Errorf("xDS cluster reaches %s:%d, want the controller's Service %s:%d", sa.GetAddress(), sa.GetPortValue(), want, xds.Spec.Ports[0].Port)
-						}
-					}
+				if reachesAdmin(&bs, clusters[target]) && r.GetMatch().GetPath() != "/stats/prometheus" {
+					t.Errorf("listener %s routes %v to the admin interface, want only the exact path /stats/prometheus", l.GetName(), r.GetMatch())
 				}
 			}
 		}
-	}
+		for _, h := range hcm.GetHttpFilters() {
+			if h.GetName() != tmpl.GetName() {
+				continue
+			}
+			filters++
+			cd := h.GetConfigDiscovery()
+			if !slices.Contains(cd.GetTypeUrls(), ecds.WasmTypeURL) {
+				t.Errorf("filter %s: config_discovery type_urls %v lack %s", h.GetName(), cd.GetTypeUrls(), ecds.WasmTypeURL)
+			}
+			for _, g := range cd.GetConfigSource().GetApiConfigSource().GetGrpcServices() {
+				sa := clusters[g.GetEnvoyGrpc().GetClusterName()].GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress()
+				if want := xds.Name + "." + xds.Namespace + ".svc.cluster.local"; sa.GetAddress() != want || int32(sa.GetPortValue()) != xds.Spec.Ports[0].Port {
+					t.Errorf("xDS cluster reaches %s:%d, want the controller's Service %s:%d", sa.GetAddress(), sa.GetPortValue(), want, xds.Spec.Ports[0].Port)
+				}
+			}
+		}
+	})
 	if filters != 1 {
 		t.Errorf("%d HTTP filters named %q (the template's name), want 1", filters, tmpl.GetName())
 	}
