@@ -217,7 +217,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		if shutdown {
 			return nil
 		}
-		if err := c.reconcile(ctx); err != nil {
+		if err := c.reconcile(ctx); err != nil && ctx.Err() == nil {
 			c.ready.Store(false)
 			c.log.Error("publish failed; retrying", "error", err)
 			c.queue.AddRateLimited(item)
