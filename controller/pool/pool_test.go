@@ -77,6 +77,24 @@ func problems(ps []Problem) string {
 	return strings.Join(s, "\n")
 }
 
+// checkResult compares a result with the replicas (JSON), excluded Pods and
+// warnings (lines) and not-ready count wanted.
+func checkResult(t *testing.T, fn string, res Result, replicas, excluded, warnings string, notReady int) {
+	t.Helper()
+	if got := listed(t, res.Replicas); got != replicas {
+		t.Errorf("%s replicas =\n%s\nwant\n%s", fn, got, replicas)
+	}
+	if got := problems(res.Excluded); got != excluded {
+		t.Errorf("%s excluded =\n%s\nwant\n%s", fn, got, excluded)
+	}
+	if got := problems(res.Warnings); got != warnings {
+		t.Errorf("%s warnings =\n%s\nwant\n%s", fn, got, warnings)
+	}
+	if res.NotReady != notReady {
+		t.Errorf("%s not ready = %d, want %d", fn, res.NotReady, notReady)
+	}
+}
+
 func TestFromInferencePool(t *testing.T) {
 	withPorts := llama
 	withPorts.TargetPorts = []int32{8000, 8001}
@@ -177,18 +195,7 @@ func TestFromInferencePool(t *testing.T) {
 				p = llama
 			}
 			res := FromInferencePool(p, tc.pods, nodes, tc.opts)
-			if got := listed(t, res.Replicas); got != tc.want {
-				t.Errorf("FromInferencePool replicas =\n%s\nwant\n%s", got, tc.want)
-			}
-			if got := problems(res.Excluded); got != tc.excluded {
-				t.Errorf("FromInferencePool excluded =\n%s\nwant\n%s", got, tc.excluded)
-			}
-			if got := problems(res.Warnings); got != tc.warnings {
-				t.Errorf("FromInferencePool warnings =\n%s\nwant\n%s", got, tc.warnings)
-			}
-			if res.NotReady != tc.notReady {
-				t.Errorf("FromInferencePool not ready = %d, want %d", res.NotReady, tc.notReady)
-			}
+			checkResult(t, "FromInferencePool", res, tc.want, tc.excluded, tc.warnings, tc.notReady)
 		})
 	}
 }
@@ -314,15 +321,7 @@ func TestFromEndpointSlices(t *testing.T) {
 			svc := tc.svc
 			svc.Namespace, svc.Name = "llm", "vllm"
 			res := FromEndpointSlices(svc, tc.slices, pods, nodes, Options{})
-			if got := listed(t, res.Replicas); got != tc.want {
-				t.Errorf("FromEndpointSlices replicas =\n%s\nwant\n%s", got, tc.want)
-			}
-			if got := problems(res.Excluded); got != tc.excluded {
-				t.Errorf("FromEndpointSlices excluded =\n%s\nwant\n%s", got, tc.excluded)
-			}
-			if res.NotReady != tc.notReady {
-				t.Errorf("FromEndpointSlices not ready = %d, want %d", res.NotReady, tc.notReady)
-			}
+			checkResult(t, "FromEndpointSlices", res, tc.want, tc.excluded, "", tc.notReady)
 		})
 	}
 }

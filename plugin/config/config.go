@@ -507,20 +507,16 @@ func setReplicaString(r *Replica, i int, key, s string) error {
 			return err
 		}
 		r.Name = s
-	case KeyAddress:
+	case KeyAddress, KeyMetricsAddress:
 		ap, err := addrPort(field(i, key), s)
 		if err != nil {
 			return err
 		}
-		r.Address = ap
-		r.AddressText = ap.String()
-	case KeyMetricsAddress:
-		ap, err := addrPort(field(i, key), s)
-		if err != nil {
-			return err
+		if key == KeyAddress {
+			r.Address, r.AddressText = ap, ap.String()
+		} else {
+			r.MetricsAddress, r.MetricsAddressText = ap, ap.String()
 		}
-		r.MetricsAddress = ap
-		r.MetricsAddressText = ap.String()
 	case KeyMetricsCluster:
 		if s == "" {
 			return errors.New("config: " + field(i, key) + " must not be empty")
