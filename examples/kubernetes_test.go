@@ -422,9 +422,7 @@ func permits(r rbacv1.PolicyRule, a k8stesting.Action) bool {
 	}
 	var name string
 	switch v := a.(type) {
-	case k8stesting.GetAction:
-		name = v.GetName()
-	case k8stesting.PatchAction:
+	case interface{ GetName() string }: // get, patch
 		name = v.GetName()
 	case k8stesting.ListAction:
 		name, _ = v.GetListRestrictions().Fields.RequiresExactMatch("metadata.name")
