@@ -115,11 +115,15 @@ func Configuration(ext *corev3.TypedExtensionConfig) ([]byte, error) {
 }
 
 // New returns a server of template that serves nothing until the first
-// Publish: Envoy's listener waits for it rather than serving unrouted.
+// Publish: Envoy's listener waits for it rather than serving unrouted. A
+// nil log discards the server's lines.
 func New(template *corev3.TypedExtensionConfig, log *slog.Logger) (*Server, error) {
 	base, err := Configuration(template)
 	if err != nil {
 		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{log: log, template: template, base: base, cache: cache.NewLinearCache(TypeURL),
 		published: make(chan struct{})}
