@@ -32,6 +32,7 @@ const (
 	KeyName             = "name"
 	KeyAddress          = "address"
 	KeyMetricsCluster   = "metrics_cluster"
+	KeyMetricsAddress   = "metrics_address"
 	KeyEngine           = "engine"
 	KeyHardware         = "hardware"
 	KeyState            = "state"
@@ -180,6 +181,13 @@ type Replica struct {
 	// MetricsCluster is the Envoy cluster that serves the replica's /metrics
 	// (optional until scraping lands).
 	MetricsCluster string
+	// MetricsAddress, when valid, is the ip:port the scrape reaches through
+	// MetricsCluster, an ORIGINAL_DST cluster shared by every replica that
+	// reads the destination from the call's x-envoy-original-dst-host
+	// header: one cluster for a fleet that changes, instead of one per
+	// replica. MetricsAddressText is its canonical form, the header value.
+	MetricsAddress     netip.AddrPort
+	MetricsAddressText string
 	// MetricsPath is the metrics endpoint's path (default "/metrics";
 	// trtllm-serve uses "/prometheus/metrics").
 	MetricsPath string
@@ -436,7 +444,7 @@ func parseReplica(i int, r *jsonx.Reader) (Replica, nameOverrides, error) {
 			return rep, nil, err
 		}
 		switch key {
-		case KeyName, KeyAddress, KeyMetricsCluster, KeyEngine, KeyHardware, KeyState, KeyMetricsPath:
+		case KeyName, KeyAddress, KeyMetricsCluster, KeyMetricsAddress, KeyEngine, KeyHardware, KeyState, KeyMetricsPath:
 			s, err := stringValue(field(i, key), r.Value())
 			if err != nil {
 				return rep, nil, err
@@ -492,6 +500,10 @@ func parseReplica(i int, r *jsonx.Reader) (Replica, nameOverrides, error) {
 	if !rep.Address.IsValid() {
 		return rep, nil, errors.New("config: " + field(i, KeyAddress) + " is required")
 	}
+	if rep.MetricsAddress.IsValid() && rep.MetricsCluster == "" {
+		return rep, nil, errors.New("config: " + field(i, KeyMetricsAddress) + " needs " + KeyMetricsCluster +
+			", the original-destination cluster that reaches it")
+	}
 	if rep.DrainDeadlineUnixMillis != 0 && rep.State != StateDraining {
 		return rep, nil, errors.New("config: " + field(i, KeyDrainDeadlineMs) + " is only allowed with state " +
 			strconv.Quote(StateNameDraining) + ", got state " + strconv.Quote(stateText))
@@ -516,19 +528,16 @@ func setReplicaString(r *Replica, i int, key, s string) error {
 			}
 		}
 		r.Name = s
-	case KeyAddress:
-		ap, err := netip.ParseAddrPort(s)
+	case KeyAddress, KeyMetricsAddress:
+		ap, err := addrPort(field(i, key), s)
 		if err != nil {
-			return errors.New("config: " + field(i, key) + " " + quoteString(s) + " is not ip:port")
+			return err
 		}
-		if ap.Port() == 0 {
-			return errors.New("config: " + field(i, key) + " " + quoteString(s) + " has port 0")
+		if key == KeyAddress {
+			r.Address, r.AddressText = ap, ap.String()
+		} else {
+			r.MetricsAddress, r.MetricsAddressText = ap, ap.String()
 		}
-		if ap.Addr().IsUnspecified() {
-			return errors.New("config: " + field(i, key) + " " + quoteString(s) + " is an unspecified address")
-		}
-		r.Address = ap
-		r.AddressText = ap.String()
 	case KeyMetricsCluster:
 		if s == "" {
 			return errors.New("config: " + field(i, key) + " must not be empty")
@@ -570,6 +579,22 @@ func setReplicaString(r *Replica, i int, key, s string) error {
 		}
 	}
 	return nil
+}
+
+// addrPort reads an ip:port that Envoy can connect to: a literal address
+// (ORIGINAL_DST resolves nothing), neither port 0 nor 0.0.0.0 or [::].
+func addrPort(name, s string) (netip.AddrPort, error) {
+	ap, err := netip.ParseAddrPort(s)
+	if err != nil {
+		return ap, errors.New("config: " + name + " " + quoteString(s) + " is not ip:port")
+	}
+	if ap.Port() == 0 {
+		return ap, errors.New("config: " + name + " " + quoteString(s) + " has port 0")
+	}
+	if ap.Addr().IsUnspecified() {
+		return ap, errors.New("config: " + name + " " + quoteString(s) + " is an unspecified address")
+	}
+	return ap, nil
 }
 
 // seenKeys rejects a key given twice in one object: JSON leaves the meaning
