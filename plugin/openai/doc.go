@@ -10,11 +10,9 @@
 //
 // Requests are read with plugin/jsonx in one forward pass that validates the
 // whole body while extracting fields (nesting bounded by MaxDepth, RFC 8259
-// grammar and escapes). ParseText decodes the prompt into a writer in that
-// same pass; Parse then WriteText is the two-pass form (locate, then re-read
-// only the prompt), for a writer that must know the model first. Bodies cut
-// at the plugin's buffer limit go through ParseTruncated (or ParseText with
-// truncated set), which reads the complete prefix. Responses: StreamCounter
-// counts generated tokens in a server-sent-event stream fed chunk by chunk;
-// ParseUsage reads the usage of a non-streamed response.
+// grammar and escapes) and decodes the prompt into a writer. A body cut at
+// the plugin's buffer limit is read with truncated set: its complete prefix
+// counts. Responses: StreamCounter counts generated tokens in a
+// server-sent-event stream fed chunk by chunk; ParseUsage reads the usage of
+// a non-streamed response.
 package openai

@@ -78,8 +78,9 @@ type StreamCounter struct {
 	// token event of a response alike but for that text, so an event that
 	// is the template's bytes around other non-empty, valid string
 	// contents counts what the template did, and its JSON is not walked:
-	// a walk read the same bytes to the same end. Walking each event was
-	// most of a streamed chunk's cost (0.9 of 2 µs under wazero).
+	// a walk would read the same bytes to the same end. Walking each event
+	// is most of a streamed chunk's cost (BenchmarkStreamCounterEvent);
+	// FuzzStreamTemplate holds the template to the walk.
 	tmpl       [tmplRoom]byte
 	tmplHead   int
 	tmplTail   int
@@ -239,9 +240,7 @@ func (c *StreamCounter) fromTemplate(l []byte) bool {
 // ended by '\n'; else 0. Such a line holds no other newline (the
 // template's bytes come from a line, and a JSON string holds no control
 // byte), so it is the line Write would find, without the search for its
-// end: that search was 53 of a streamed token event's 126 loop iterations
-// (binaryen's --log-execution), and the event took 208 ns under wazero
-// with it, 156 ns without (BenchmarkStreamCounterEvent).
+// end, a large part of a token event's cost (BenchmarkStreamCounterEvent).
 func (c *StreamCounter) templateEvent(chunk []byte) int {
 	const dataPrefix = sseData + " "
 	p, head, tail := len(dataPrefix), c.tmplHead, c.tmplTail

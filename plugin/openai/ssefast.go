@@ -4,22 +4,16 @@ import (
 	"github.com/gpuroute/gpuroute/plugin/jsonx"
 )
 
-// The fast event reader. Under wazero the jsonx.Reader walk of one streamed
-// event (about 150 bytes: a Member and a Value call per field, each with its
-// state checks) cost ~2.6 µs of the ~3 µs StreamCounter.Write spent per
-// chunk. fastEvent reads the same grammar with index arithmetic and no
-// per-token calls, for events that are well-formed and plain: no escapes in
-// keys, nesting at most fastMaxDepth. On anything else (a syntax error
-// included) it gives up before counting anything and line falls back to the
-// jsonx walk, so the counts are the jsonx walk's on every input
-// (FuzzSSEFastPath holds the two to that). The step past each member or
-// element (space, then ',' or the closer) is written out at every level on
-// purpose: as a helper it is too big to inline, and the call per separator
-// made StreamCounter 13–17% slower under wazero (6.9 → 7.8–8.1 µs).
-
-// fastMaxDepth bounds the nesting fastEvent follows; deeper events go to the
-// jsonx walk, which alone knows its MaxDepth rule.
-const fastMaxDepth = 16
+// The fast event reader. fastEvent reads the grammar of one streamed event
+// with index arithmetic (jsonx.SkipSpace, jsonx.SkipValue) instead of a
+// jsonx.Reader call per field, for events that are well-formed and plain:
+// no escapes in keys. On anything else (a syntax error included) it gives
+// up before counting anything and line falls back to the jsonx walk, so the
+// counts are the walk's on every input (FuzzSSEFastPath holds the two to
+// that). The step past each member or element (space, then ',' or the
+// closer) is written out at every level on purpose: as a helper it is too
+// big to inline, and a call per separator costs more than the step on wasm
+// (docs/performance.md, "Go on wasm"; BenchmarkStreamCounter).
 
 // eventCounts is what one event adds to a StreamCounter.
 type eventCounts struct {
@@ -37,11 +31,11 @@ type eventCounts struct {
 // fastEvent reads the data event d. ok is false when d is not a plain,
 // well-formed event (then nothing may be concluded from ev).
 func fastEvent(d []byte) (ev eventCounts, ok bool) {
-	i := skipWS(d, 0)
+	i := jsonx.SkipSpace(d, 0)
 	if i >= len(d) || d[i] != '{' {
 		return ev, false
 	}
-	i = skipWS(d, i+1)
+	i = jsonx.SkipSpace(d, i+1)
 	if i < len(d) && d[i] == '}' {
 		return ev, true
 	}
@@ -54,7 +48,7 @@ func fastEvent(d []byte) (ev eventCounts, ok bool) {
 		switch string(key) {
 		case FieldChoices:
 			if d[i] == '[' {
-				i = skipWS(d, i+1)
+				i = jsonx.SkipSpace(d, i+1)
 				if i < len(d) && d[i] == ']' {
 					i++
 					break
@@ -76,10 +70,10 @@ func fastEvent(d []byte) (ev eventCounts, ok bool) {
 							ev.deltas++
 						}
 						ev.finished = ev.finished || fin
-					} else if i = skipValue(d, i, 2); i < 0 {
+					} else if i = jsonx.SkipValue(d, i, 2); i < 0 {
 						return ev, false
 					}
-					if i = skipWS(d, i); i >= len(d) {
+					if i = jsonx.SkipSpace(d, i); i >= len(d) {
 						return ev, false
 					}
 					if d[i] == ']' {
@@ -89,9 +83,9 @@ func fastEvent(d []byte) (ev eventCounts, ok bool) {
 					if d[i] != ',' {
 						return ev, false
 					}
-					i = skipWS(d, i+1)
+					i = jsonx.SkipSpace(d, i+1)
 				}
-			} else if i = skipValue(d, i, 1); i < 0 {
+			} else if i = jsonx.SkipValue(d, i, 1); i < 0 {
 				return ev, false
 			}
 		case FieldUsage:
@@ -106,22 +100,22 @@ func fastEvent(d []byte) (ev eventCounts, ok bool) {
 					ev.usageC = max(ev.usageC, u.CompletionTokens)
 					ev.usageP = max(ev.usageP, u.PromptTokens)
 				}
-			} else if i = skipValue(d, i, 1); i < 0 {
+			} else if i = jsonx.SkipValue(d, i, 1); i < 0 {
 				return ev, false
 			}
 		default:
-			if i = skipValue(d, i, 1); i < 0 {
+			if i = jsonx.SkipValue(d, i, 1); i < 0 {
 				return ev, false
 			}
 		}
-		if i = skipWS(d, i); i >= len(d) {
+		if i = jsonx.SkipSpace(d, i); i >= len(d) {
 			return ev, false
 		}
 		switch d[i] {
 		case '}':
 			return ev, true // what follows the object is not read, as in the jsonx walk
 		case ',':
-			i = skipWS(d, i+1)
+			i = jsonx.SkipSpace(d, i+1)
 		default:
 			return ev, false
 		}
@@ -142,12 +136,12 @@ func fastKey(d []byte, i int) (key []byte, v int) {
 	}
 	j := q + 1
 	if j < len(d) && d[j] != ':' {
-		j = skipWS(d, j)
+		j = jsonx.SkipSpace(d, j)
 	}
 	if j >= len(d) || d[j] != ':' {
 		return nil, -1
 	}
-	if j = skipWS(d, j+1); j >= len(d) {
+	if j = jsonx.SkipSpace(d, j+1); j >= len(d) {
 		return nil, -1
 	}
 	return d[i+1 : q], j
@@ -158,7 +152,7 @@ func fastKey(d []byte, i int) (key []byte, v int) {
 // With text not nil (the first choice) it records there the span of its
 // "content" or "text" (setText).
 func fastChoice(d []byte, i int, text *eventCounts) (end int, hit, finished bool) {
-	i = skipWS(d, i+1)
+	i = jsonx.SkipSpace(d, i+1)
 	if i < len(d) && d[i] == '}' {
 		return i + 1, false, false
 	}
@@ -171,12 +165,12 @@ func fastChoice(d []byte, i int, text *eventCounts) (end int, hit, finished bool
 		switch string(key) {
 		case FieldDelta:
 			if d[i] != '{' {
-				if i = skipValue(d, i, 3); i < 0 {
+				if i = jsonx.SkipValue(d, i, 3); i < 0 {
 					return -1, false, false
 				}
 				break
 			}
-			i = skipWS(d, i+1)
+			i = jsonx.SkipSpace(d, i+1)
 			if i < len(d) && d[i] == '}' {
 				i++
 				break
@@ -200,19 +194,19 @@ func fastChoice(d []byte, i int, text *eventCounts) (end int, hit, finished bool
 					}
 				case FieldToolCalls:
 					if d[i] == '[' {
-						if j := skipWS(d, i+1); j < len(d) && d[j] != ']' {
+						if j := jsonx.SkipSpace(d, i+1); j < len(d) && d[j] != ']' {
 							hit = true // any element: a tool-call delta
 						}
 					}
-					if i = skipValue(d, i, 4); i < 0 {
+					if i = jsonx.SkipValue(d, i, 4); i < 0 {
 						return -1, false, false
 					}
 				default:
-					if i = skipValue(d, i, 4); i < 0 {
+					if i = jsonx.SkipValue(d, i, 4); i < 0 {
 						return -1, false, false
 					}
 				}
-				if i = skipWS(d, i); i >= len(d) {
+				if i = jsonx.SkipSpace(d, i); i >= len(d) {
 					return -1, false, false
 				}
 				if d[i] == '}' {
@@ -222,7 +216,7 @@ func fastChoice(d []byte, i int, text *eventCounts) (end int, hit, finished bool
 				if d[i] != ',' {
 					return -1, false, false
 				}
-				i = skipWS(d, i+1)
+				i = jsonx.SkipSpace(d, i+1)
 			}
 		case FieldText:
 			start := i
@@ -236,15 +230,15 @@ func fastChoice(d []byte, i int, text *eventCounts) (end int, hit, finished bool
 			if d[i] != 'n' { // a valid value starting with 'n' is null
 				finished = true
 			}
-			if i = skipValue(d, i, 3); i < 0 {
+			if i = jsonx.SkipValue(d, i, 3); i < 0 {
 				return -1, false, false
 			}
 		default:
-			if i = skipValue(d, i, 3); i < 0 {
+			if i = jsonx.SkipValue(d, i, 3); i < 0 {
 				return -1, false, false
 			}
 		}
-		if i = skipWS(d, i); i >= len(d) {
+		if i = jsonx.SkipSpace(d, i); i >= len(d) {
 			return -1, false, false
 		}
 		if d[i] == '}' {
@@ -253,13 +247,13 @@ func fastChoice(d []byte, i int, text *eventCounts) (end int, hit, finished bool
 		if d[i] != ',' {
 			return -1, false, false
 		}
-		i = skipWS(d, i+1)
+		i = jsonx.SkipSpace(d, i+1)
 	}
 }
 
 // fastUsage reads the usage object at d[i] as usageObject does.
 func fastUsage(d []byte, i int) (end int, u Usage, ok bool) {
-	i = skipWS(d, i+1)
+	i = jsonx.SkipSpace(d, i+1)
 	if i < len(d) && d[i] == '}' {
 		return i + 1, u, false
 	}
@@ -270,7 +264,7 @@ func fastUsage(d []byte, i int) (end int, u Usage, ok bool) {
 		}
 		i = v
 		start := i
-		if i = skipValue(d, i, 2); i < 0 {
+		if i = jsonx.SkipValue(d, i, 2); i < 0 {
 			return -1, Usage{}, false
 		}
 		if c := d[start]; c == '-' || c >= '0' && c <= '9' {
@@ -283,7 +277,7 @@ func fastUsage(d []byte, i int) (end int, u Usage, ok bool) {
 				}
 			}
 		}
-		if i = skipWS(d, i); i >= len(d) {
+		if i = jsonx.SkipSpace(d, i); i >= len(d) {
 			return -1, Usage{}, false
 		}
 		if d[i] == '}' {
@@ -292,7 +286,7 @@ func fastUsage(d []byte, i int) (end int, u Usage, ok bool) {
 		if d[i] != ',' {
 			return -1, Usage{}, false
 		}
-		i = skipWS(d, i+1)
+		i = jsonx.SkipSpace(d, i+1)
 	}
 }
 
@@ -310,147 +304,11 @@ func (ev *eventCounts) setText(from, to int, some bool) {
 // which is generated text.
 func textValue(d []byte, i, depth int) (end int, text bool) {
 	if d[i] != '"' {
-		return skipValue(d, i, depth), false
+		return jsonx.SkipValue(d, i, depth), false
 	}
 	q, _ := jsonx.StringEnd(d, i+1)
 	if q < 0 {
 		return -1, false
 	}
 	return q + 1, q > i+1
-}
-
-// skipWS skips RFC 8259 whitespace from d[i].
-func skipWS(d []byte, i int) int {
-	for i < len(d) {
-		if c := d[i]; c != ' ' && c != '\n' && c != '\r' && c != '\t' {
-			break
-		}
-		i++
-	}
-	return i
-}
-
-// skipValue validates the value at d[i], nested depth containers deep, and
-// returns the offset after it, or -1 (invalid, cut, or deeper than
-// fastMaxDepth).
-func skipValue(d []byte, i, depth int) int {
-	if i >= len(d) {
-		return -1
-	}
-	switch c := d[i]; {
-	case c == '"':
-		q, _ := jsonx.StringEnd(d, i+1)
-		if q < 0 {
-			return -1
-		}
-		return q + 1
-	case c == '{' || c == '[':
-		return skipNested(d, i, depth)
-	case c == 't':
-		return literal(d, i, "true")
-	case c == 'f':
-		return literal(d, i, "false")
-	case c == 'n':
-		return literal(d, i, "null")
-	case c == '-' || c >= '0' && c <= '9':
-		return number(d, i)
-	}
-	return -1
-}
-
-// skipNested validates the object or array at d[i].
-func skipNested(d []byte, i, depth int) int {
-	if depth >= fastMaxDepth {
-		return -1
-	}
-	obj := d[i] == '{'
-	closer := byte(']')
-	if obj {
-		closer = '}'
-	}
-	i = skipWS(d, i+1)
-	if i < len(d) && d[i] == closer {
-		return i + 1
-	}
-	for {
-		if obj {
-			if i >= len(d) || d[i] != '"' {
-				return -1
-			}
-			q, _ := jsonx.StringEnd(d, i+1)
-			if q < 0 {
-				return -1
-			}
-			if i = skipWS(d, q+1); i >= len(d) || d[i] != ':' {
-				return -1
-			}
-			i = skipWS(d, i+1)
-		}
-		if i = skipValue(d, i, depth+1); i < 0 {
-			return -1
-		}
-		if i = skipWS(d, i); i >= len(d) {
-			return -1
-		}
-		if d[i] == closer {
-			return i + 1
-		}
-		if d[i] != ',' {
-			return -1
-		}
-		i = skipWS(d, i+1)
-	}
-}
-
-// literal matches word at d[i].
-func literal(d []byte, i int, word string) int {
-	if len(d)-i < len(word) || string(d[i:i+len(word)]) != word {
-		return -1
-	}
-	return i + len(word)
-}
-
-// number matches -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? at d[i]
-// (RFC 8259 §6) and returns the offset after it, or -1.
-func number(d []byte, i int) int {
-	n := len(d)
-	if d[i] == '-' {
-		i++
-	}
-	switch {
-	case i >= n:
-		return -1
-	case d[i] == '0':
-		i++
-	case d[i] >= '1' && d[i] <= '9':
-		i = digits(d, i+1)
-	default:
-		return -1
-	}
-	if i < n && d[i] == '.' {
-		j := digits(d, i+1)
-		if j == i+1 {
-			return -1
-		}
-		i = j
-	}
-	if i < n && (d[i] == 'e' || d[i] == 'E') {
-		i++
-		if i < n && (d[i] == '+' || d[i] == '-') {
-			i++
-		}
-		j := digits(d, i)
-		if j == i {
-			return -1
-		}
-		i = j
-	}
-	return i
-}
-
-func digits(d []byte, i int) int {
-	for i < len(d) && d[i] >= '0' && d[i] <= '9' {
-		i++
-	}
-	return i
 }
