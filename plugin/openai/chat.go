@@ -2,14 +2,20 @@ package openai
 
 import "github.com/gpuroute/gpuroute/plugin/jsonx"
 
+// writeMessages writes an array of messages (Chat, Messages) or of input
+// items (Responses), in order.
 func (p *Parser) writeMessages(r *jsonx.Reader) {
+	field, rule := FieldMessages, ruleMessages
+	if p.kind == Responses {
+		field, rule = FieldInput, ruleItems
+	}
 	switch r.Kind() {
 	case jsonx.Null:
 		return
 	case jsonx.Array:
 	default:
 		if v := r.Value(); v.Kind != jsonx.None { // None: a number or literal cut at the end
-			p.failText(CodeBadField, FieldMessages, ruleMessages, v.Raw)
+			p.failText(CodeBadField, field, rule, v.Raw)
 		}
 		return
 	}
@@ -23,7 +29,7 @@ func (p *Parser) writeMessages(r *jsonx.Reader) {
 		case jsonx.Object:
 			p.message(r)
 		default:
-			p.failText(CodeBadField, FieldMessages, ruleMessages, r.Value().Raw)
+			p.failText(CodeBadField, field, rule, r.Value().Raw)
 		}
 	}
 }
@@ -32,9 +38,15 @@ func (p *Parser) writeMessages(r *jsonx.Reader) {
 // tool_calls] SepMessage. Members come in any order; the role is written
 // first, so content is streamed straight from the reader when the role has
 // already been read (every SDK sends it first) and re-read from its offset
-// otherwise.
+// otherwise. A Responses input item without a role is written by its type
+// (item).
 func (p *Parser) message(r *jsonx.Reader) {
+	start := r.Offset()
 	var role, content, toolCalls jsonx.Value
+	it := &p.item // Responses: the members of a typed item
+	if p.kind == Responses {
+		*it = item{}
+	}
 	// A content read before the role is held: decoded into p.held (its
 	// raw contents heldRaw, when read whole), or, when the writer
 	// remembers it, passed over and replayed from heldAt with token.
@@ -89,9 +101,13 @@ func (p *Parser) message(r *jsonx.Reader) {
 			}
 			held, content = false, r.Value()
 		case FieldToolCalls:
-			if p.once(r, &seen, seenToolCalls, FieldToolCalls) {
-				toolCalls = r.Value()
+			p.onceValue(r, &seen, seenToolCalls, FieldToolCalls, &toolCalls)
+		case FieldType, FieldName, FieldArguments, FieldOutput:
+			if p.kind != Responses {
+				r.Skip()
+				continue
 			}
+			p.itemMember(r, &seen, it)
 		default:
 			r.Skip()
 		}
@@ -100,6 +116,12 @@ func (p *Parser) message(r *jsonx.Reader) {
 		return
 	}
 	cut := r.Truncated()
+	if p.kind == Responses && !roleOK && it.typed() {
+		if !cut { // a cut item would write what the whole one never does
+			p.writeItem(it, p.doc[start:r.Offset()])
+		}
+		return
+	}
 	if !headDone {
 		if roleOK && role.Partial || !roleOK && cut {
 			// Cut inside the role, or before a role that may still follow:
@@ -119,7 +141,9 @@ func (p *Parser) message(r *jsonx.Reader) {
 	case jsonx.String:
 		p.emitString(p.at(&p.sub, content.Off))
 	case jsonx.Array:
-		p.parts(p.at(&p.sub, content.Off))
+		p.inSystem = p.kind == Messages && string(role.Raw) == roleSystem
+		p.parts(p.at(&p.sub, content.Off), false)
+		p.inSystem = false
 	default:
 		p.failText(CodeBadField, FieldContent, ruleContent, content.Raw)
 		return
@@ -134,9 +158,9 @@ func (p *Parser) message(r *jsonx.Reader) {
 }
 
 // members is the set of an object's members read so far, a bit each.
-type members uint8
+type members uint16
 
-// Members a message or content part may give once.
+// Members a message, input item or content part may give once.
 const (
 	seenRole members = 1 << iota
 	seenContent
@@ -144,6 +168,10 @@ const (
 	seenType
 	seenText
 	seenRefusal
+	seenName
+	seenArguments
+	seenOutput
+	seenInput
 )
 
 // once reports whether the member due next in r, field, is the first of its
@@ -152,12 +180,25 @@ const (
 // cannot be unwritten, and keeping the first keeps the text of a cut body a
 // prefix of the whole body's (FuzzParseRequest).
 func (p *Parser) once(r *jsonx.Reader, seen *members, m members, field string) bool {
-	if *seen&m == 0 {
-		*seen |= m
-		return true
+	if *seen&m != 0 {
+		p.repeated(r, field)
+		return false
 	}
+	*seen |= m
+	return true
+}
+
+// repeated records a repeated member, field, due next in r.
+func (p *Parser) repeated(r *jsonx.Reader, field string) {
 	p.fail(CodeBadField, field, ruleOnce, r.Value().Raw)
-	return false
+}
+
+// onceValue reads the member due next in r, field, into v when it is the
+// first of its kind (see once).
+func (p *Parser) onceValue(r *jsonx.Reader, seen *members, m members, field string, v *jsonx.Value) {
+	if p.once(r, seen, m, field) {
+		*v = r.Value()
+	}
 }
 
 // head writes a message's role and SepRole.
@@ -173,24 +214,30 @@ func (p *Parser) head(role jsonx.Value) {
 	p.emitByte(SepRole)
 }
 
-// parts writes an array of content parts, joined with SepPart.
-func (p *Parser) parts(r *jsonx.Reader) {
+// parts writes an array of content parts, joined with SepPart. nested is
+// set for the parts of a Messages tool_result, whose own tool blocks are
+// written as media.
+func (p *Parser) parts(r *jsonx.Reader, nested bool) {
 	r.Array()
 	nth := 0
 	for r.Elem() && p.ok() {
 		switch r.Kind() {
 		case jsonx.None:
 		case jsonx.Object:
-			p.part(r, &nth)
+			p.part(r, &nth, nested)
 		default:
 			p.failText(CodeBadField, FieldContent, rulePart, r.Value().Raw)
 		}
 	}
 }
 
-func (p *Parser) part(r *jsonx.Reader, nth *int) {
+func (p *Parser) part(r *jsonx.Reader, nth *int, nested bool) {
 	start := r.Offset()
 	var typ, text, refusal jsonx.Value
+	tool := &p.tool // Messages tool_use and tool_result
+	if p.kind == Messages {
+		*tool = toolBlock{}
+	}
 	var seen members
 	r.Object()
 	for r.Member() {
@@ -203,18 +250,23 @@ func (p *Parser) part(r *jsonx.Reader, nth *int) {
 				typ = v
 			}
 		case FieldText:
-			if p.once(r, &seen, seenText, FieldText) {
-				text = r.Value()
-			}
+			p.onceValue(r, &seen, seenText, FieldText, &text)
 		case FieldRefusal:
-			if p.once(r, &seen, seenRefusal, FieldRefusal) {
-				refusal = r.Value()
+			p.onceValue(r, &seen, seenRefusal, FieldRefusal, &refusal)
+		case FieldName, FieldInput, FieldContent:
+			if p.kind != Messages || nested {
+				r.Skip()
+				continue
 			}
+			p.toolMember(r, &seen, tool)
 		default:
 			r.Skip()
 		}
 	}
 	if typ.Partial {
+		return
+	}
+	if p.kind == Messages && p.block(r, typ, tool, nth, nested) {
 		return
 	}
 	switch string(typ.Raw) { // raw: an escaped spelling is not a text type
@@ -229,31 +281,42 @@ func (p *Parser) part(r *jsonx.Reader, nth *int) {
 			p.failText(CodeBadField, FieldText, ruleString, text.Raw)
 			return
 		}
-		if *nth > 0 {
-			p.emitByte(SepPart)
+		if p.inSystem && billing(text) {
+			return
 		}
-		*nth++
+		p.nextPart(nth)
 		p.emitString(p.at(&p.sub2, text.Off))
 	default:
 		if r.Truncated() {
 			return // a cut-off media part would hash to a value the full body never gives
 		}
-		if *nth > 0 {
-			p.emitByte(SepPart)
-		}
-		*nth++
-		p.emitByte(SepMedia)
-		if typ.Kind == jsonx.String {
-			p.emitString(p.at(&p.sub2, typ.Off))
-		}
-		h := fnv64(p.doc[start:r.Offset()])
-		p.hexbuf[0] = ':'
-		for i := 0; i < 16; i++ {
-			p.hexbuf[1+i] = "0123456789abcdef"[(h>>(60-4*uint(i)))&0xf]
-		}
-		p.hexbuf[17] = SepMedia
-		p.emit(p.hexbuf[:])
+		p.nextPart(nth)
+		p.media(typ, p.doc[start:r.Offset()])
 	}
+}
+
+// nextPart writes SepPart before every part but the first of its array.
+func (p *Parser) nextPart(nth *int) {
+	if *nth > 0 {
+		p.emitByte(SepPart)
+	}
+	*nth++
+}
+
+// media writes the placeholder of a part or item that is not text: SepMedia
+// type ':' 16 hex digits of FNV-1a 64 over its raw JSON SepMedia.
+func (p *Parser) media(typ jsonx.Value, raw []byte) {
+	p.emitByte(SepMedia)
+	if typ.Kind == jsonx.String {
+		p.emitString(p.at(&p.sub2, typ.Off))
+	}
+	h := fnv64(raw)
+	p.hexbuf[0] = ':'
+	for i := 0; i < 16; i++ {
+		p.hexbuf[1+i] = "0123456789abcdef"[(h>>(60-4*uint(i)))&0xf]
+	}
+	p.hexbuf[17] = SepMedia
+	p.emit(p.hexbuf[:])
 }
 
 // fnv64 is FNV-1a 64 (http://www.isthe.com/chongo/tech/comp/fnv/), inlined

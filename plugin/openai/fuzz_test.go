@@ -35,10 +35,11 @@ func (w *countWriter) Write(b []byte) (int, error) { w.n += len(b); return len(b
 
 // parsed is one ParseText's outcome, copied out of the Parser.
 type parsed struct {
-	req  Request
-	text string
-	err  string
-	code Code
+	req    Request
+	text   string
+	err    string
+	code   Code
+	system int // Parser.systemChars
 }
 
 func parseCopy(p *Parser, kind Kind, body []byte, truncated bool) parsed {
@@ -50,6 +51,7 @@ func parseCopy(p *Parser, kind Kind, body []byte, truncated bool) parsed {
 	if err != nil {
 		out.err, out.code = err.Error(), p.err.Code
 	}
+	out.system = p.systemChars
 	return out
 }
 
@@ -84,55 +86,125 @@ func FuzzParseRequest(f *testing.F) {
 		if mode&1 == 1 {
 			kind = Completion
 		}
-		b := []byte(body)
-		var p Parser
-		var req Request
-		var w countWriter
-		err := p.ParseText(kind, b, mode&2 == 2, &w, &req)
-		if err != nil {
-			var e *Error
-			if !errors.As(err, &e) || e.Code == 0 {
-				t.Fatalf("ParseText(%q) error %v is not an *Error", body, err)
-			}
-			_ = e.Error()
-		}
-		if err != nil && syntax(p.err.Code) {
-			if req.PromptChars != 0 || req.PromptTokensExact != 0 {
-				t.Fatalf("ParseText(%q) = %v with %d prompt chars, want 0", body, err, req.PromptChars)
-			}
-		} else if req.PromptChars != w.n {
-			t.Fatalf("ParseText(%q).PromptChars = %d, want %d (bytes written)", body, req.PromptChars, w.n)
-		}
-		if req.PromptTokensExact < 0 || req.PromptTokensExact*4 > w.n {
-			t.Fatalf("ParseText(%q).PromptTokensExact = %d with %d bytes", body, req.PromptTokensExact, w.n)
-		}
-		if req.HasMaxTokens && req.MaxTokens < 0 {
-			t.Fatalf("ParseText(%q).MaxTokens = %d, want >= 0", body, req.MaxTokens)
-		}
-		whole := parseCopy(&p, kind, b, false)
-		if again := parseCopy(&p, kind, b, false); !reflect.DeepEqual(again, whole) {
-			t.Fatalf("ParseText(%q) = %+v, then %+v", body, whole, again)
-		}
-		if whole.err != "" && syntax(whole.code) {
-			return
-		}
-		if asCut := parseCopy(&p, kind, b, true); !reflect.DeepEqual(asCut, whole) {
-			t.Fatalf("ParseText(complete %q, truncated) = %+v, want %+v", body, asCut, whole)
-		}
-		n := len(b) * int(mode>>2) / 63
-		part := parseCopy(&p, kind, b[:n], true)
-		if !strings.HasPrefix(whole.text, part.text) {
-			t.Fatalf("ParseText(%q cut at %d) = %q, not a prefix of %q", body, n, part.text, whole.text)
-		}
+		checkParse(t, kind, []byte(body), mode)
 	})
 }
 
+// FuzzParseMessages is FuzzParseRequest for the Anthropic Messages API.
+func FuzzParseMessages(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","max_tokens":8,"system":"Be brief.","messages":[{"role":"user","content":"Hi"}]}`,
+		`{"max_tokens":8,"messages":[{"content":"Hi","role":"user"}],"model":"m","system":[{"type":"text","text":"S"}]}`,
+		`{"model":"m","max_tokens":8,"messages":[{"role":"assistant","content":[{"type":"thinking","thinking":"h"},{"type":"text","text":"a\u00e9"},` +
+			`{"type":"tool_use","id":"t","name":"f","input":{"a":[1]}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t",` +
+			`"content":[{"type":"text","text":"r"},{"type":"image","source":{"data":"A"}},{"type":"tool_result","content":"x"}]}]}]}`,
+		`{"model":"m","max_tokens":8,"system":[{"type":"text","text":"x-anthropic-billing-header: a"},{"type":"text","text":"S"}],"messages":[]}`,
+		`{"model":"m","messages":[{"role":"system","content":[{"type":"text","text":"x-anthropic-billing-header: a"}]}],"system":"a","system":"b"}`,
+	} {
+		f.Add(s, uint8(0))
+		f.Add(s, uint8(2|20<<2))
+	}
+	f.Fuzz(func(t *testing.T, body string, mode uint8) { checkParse(t, Messages, []byte(body), mode) })
+}
+
+// FuzzParseResponses is FuzzParseRequest for the OpenAI Responses API.
+func FuzzParseResponses(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","instructions":"Be brief.","input":"Hi","max_output_tokens":9,"previous_response_id":"resp_1"}`,
+		`{"input":[{"role":"user","content":[{"type":"input_text","text":"Hi"},{"type":"input_image","image_url":"u"}]},` +
+			`{"type":"function_call","call_id":"c","name":"f","arguments":"{\"a\":1}"},{"type":"function_call_output","call_id":"c","output":"r"},` +
+			`{"type":"reasoning","summary":[]},{"type":"item_reference","id":"x"},{"type":"message","role":"assistant","content":[{"type":"output_text","text":"o"}]}],` +
+			`"instructions":"S","model":"m"}`,
+		`{"model":"m","input":[{"output":[{"type":"input_text","text":"t"}],"type":"function_call_output"},{"name":"f","type":"function_call"}]}`,
+		`{"model":"m","input":[{"type":"function_call","name":"f","name":"g","arguments":"a","arguments":"b","output":1}]}`,
+	} {
+		f.Add(s, uint8(0))
+		f.Add(s, uint8(2|40<<2))
+	}
+	f.Fuzz(func(t *testing.T, body string, mode uint8) { checkParse(t, Responses, []byte(body), mode) })
+}
+
+// checkParse holds ParseText of body as kind to its contract: it never
+// panics, fails with an *Error, counts what it wrote, gives the same result
+// again (the Parser reused), reads a complete body the same whether or not
+// it may be cut, and writes for a cut body a prefix of the whole body's
+// text. The one exception: a Messages or Responses body cut before its
+// system prompt, which came after the prompt, writes the prompt without it.
+// mode bit 1: read body as cut; bits 2-7: where the prefix check cuts, in
+// 63rds of the body.
+func checkParse(t *testing.T, kind Kind, b []byte, mode uint8) {
+	t.Helper()
+	var p Parser
+	var req Request
+	var w countWriter
+	err := p.ParseText(kind, b, mode&2 == 2, &w, &req)
+	if err != nil {
+		var e *Error
+		if !errors.As(err, &e) || e.Code == 0 {
+			t.Fatalf("ParseText(%q) error %v is not an *Error", b, err)
+		}
+		_ = e.Error()
+	}
+	if err != nil && syntax(p.err.Code) {
+		if req.PromptChars != 0 || req.PromptTokensExact != 0 {
+			t.Fatalf("ParseText(%q) = %v with %d prompt chars, want 0", b, err, req.PromptChars)
+		}
+	} else if req.PromptChars != w.n {
+		t.Fatalf("ParseText(%q).PromptChars = %d, want %d (bytes written)", b, req.PromptChars, w.n)
+	}
+	if req.PromptTokensExact < 0 || req.PromptTokensExact*4 > w.n {
+		t.Fatalf("ParseText(%q).PromptTokensExact = %d with %d bytes", b, req.PromptTokensExact, w.n)
+	}
+	if req.HasMaxTokens && req.MaxTokens < 0 {
+		t.Fatalf("ParseText(%q).MaxTokens = %d, want >= 0", b, req.MaxTokens)
+	}
+	whole := parseCopy(&p, kind, b, false)
+	if again := parseCopy(&p, kind, b, false); !reflect.DeepEqual(again, whole) {
+		t.Fatalf("ParseText(%q) = %+v, then %+v", b, whole, again)
+	}
+	if whole.err != "" && syntax(whole.code) {
+		return
+	}
+	if asCut := parseCopy(&p, kind, b, true); !reflect.DeepEqual(asCut, whole) {
+		t.Fatalf("ParseText(complete %q, truncated) = %+v, want %+v", b, asCut, whole)
+	}
+	n := len(b) * int(mode>>2) / 63
+	part := parseCopy(&p, kind, b[:n], true)
+	lostSystem := part.system == 0 && strings.HasPrefix(whole.text[whole.system:], part.text)
+	if !strings.HasPrefix(whole.text, part.text) && !lostSystem {
+		t.Fatalf("ParseText(%q cut at %d) = %q, not a prefix of %q", b, n, part.text, whole.text)
+	}
+}
+
+// streamRead is what a StreamCounter made of a stream: its counts, its
+// response id and the answer it recorded.
+type streamRead struct {
+	counts sseWant
+	id     uint64
+	hasID  bool
+	answer string
+	whole  bool
+}
+
+func readOf(c *StreamCounter, rec *bytes.Buffer) streamRead {
+	_, whole := c.Answer()
+	return streamRead{counts(c), c.ResponseID, c.HasResponseID, rec.String(), whole}
+}
+
+// FuzzSSE: a stream reads the same fed whole or in chunks of any size, and
+// the counts never go down as it goes.
 func FuzzSSE(f *testing.F) {
 	f.Add(vllmChatStream, uint16(7))
 	f.Add("data:{\"choices\":[{\"text\":\"a\"}]}\r\n\r\ndata: [DONE]\n\n", uint16(3))
 	f.Add(": c\nevent: x\ndata: {\"usage\":{\"completion_tokens\":9}}\n\n", uint16(1))
+	f.Add(vllmMessagesStream, uint16(11))
+	f.Add(responsesStream, uint16(300))
 	f.Fuzz(func(t *testing.T, stream string, split uint16) {
 		var whole, parts StreamCounter
+		var wholeRec, partsRec bytes.Buffer
+		kind := Kind(split%4 + 1)
+		whole.Record(kind, &wholeRec)
+		parts.Record(kind, &partsRec)
 		whole.Write([]byte(stream))
 		b := []byte(stream)
 		step := int(split%64) + 1
@@ -141,12 +213,12 @@ func FuzzSSE(f *testing.F) {
 			parts.Write(b[i:min(i+step, len(b))])
 			cur := counts(&parts)
 			if cur.events < prev.events || cur.deltas < prev.deltas || cur.usageC < prev.usageC ||
-				cur.usageP < prev.usageP || prev.done && !cur.done || prev.finished && !cur.finished {
+				cur.usageP < prev.usageP || cur.cached < prev.cached || prev.done && !cur.done || prev.finished && !cur.finished {
 				t.Fatalf("StreamCounter(%q) counts went down: %+v then %+v", stream, prev, cur)
 			}
 			prev = cur
 		}
-		if got, want := counts(&parts), counts(&whole); got != want {
+		if got, want := readOf(&parts, &partsRec), readOf(&whole, &wholeRec); got != want {
 			t.Fatalf("StreamCounter(%q) in %d-byte chunks = %+v, want %+v", stream, step, got, want)
 		}
 	})

@@ -54,6 +54,26 @@ func (p *Parser) write(b []byte) {
 	p.werr = err
 }
 
+// emitHead writes a message head for a role the body does not spell out:
+// role SepRole.
+func (p *Parser) emitHead(role string) {
+	if len(role)+1 > outBytes-p.pendingLen {
+		p.flush()
+	}
+	p.pendingLen += copy(p.pending[p.pendingLen:], role)
+	p.emitByte(SepRole)
+}
+
+// nonEmptyString reports whether the value due next in r is a string known
+// not to be empty: a string cut just after its opening quote may be.
+func (p *Parser) nonEmptyString(r *jsonx.Reader) bool {
+	i := r.Offset()
+	return i+1 < len(p.doc) && p.doc[i] == '"' && p.doc[i+1] != '"'
+}
+
+// hasPrefix reports whether b begins with s.
+func hasPrefix(b []byte, s string) bool { return len(b) >= len(s) && string(b[:len(s)]) == s }
+
 func (p *Parser) emitByte(c byte) {
 	p.one[0] = c
 	p.emit(p.one[:])

@@ -7,19 +7,25 @@ import (
 	"github.com/gpuroute/gpuroute/plugin/jsonx"
 )
 
-// Kind is the OpenAI endpoint a body was sent to; it decides where the prompt is.
+// Kind is the API endpoint a body was sent to; it decides where the prompt is.
 type Kind uint8
 
 // Endpoints this package understands.
 const (
 	Completion Kind = iota + 1 // POST /v1/completions: "prompt"
 	Chat                       // POST /v1/chat/completions: "messages"
+	Messages                   // POST /v1/messages (Anthropic Messages API): "system", "messages"
+	Responses                  // POST /v1/responses (OpenAI Responses API): "instructions", "input"
 )
 
-// Wire names: request paths and body fields.
+// Wire names: request paths and body fields. The Messages API's are
+// Anthropic's (as vLLM's vllm/entrypoints/anthropic/protocol.py implements
+// them), the Responses API's OpenAI's (vllm/entrypoints/openai/responses).
 const (
 	PathCompletions     = "/v1/completions"
 	PathChatCompletions = "/v1/chat/completions"
+	PathMessages        = "/v1/messages"
+	PathResponses       = "/v1/responses"
 
 	FieldModel               = "model"
 	FieldMaxTokens           = "max_tokens"
@@ -36,6 +42,15 @@ const (
 	FieldType                = "type"
 	FieldText                = "text"
 	FieldRefusal             = "refusal"
+
+	FieldSystem             = "system"               // Messages: the system prompt
+	FieldInstructions       = "instructions"         // Responses: the system prompt
+	FieldInput              = "input"                // Responses: the prompt; Messages tool_use: its arguments
+	FieldMaxOutputTokens    = "max_output_tokens"    // Responses: the output bound
+	FieldPreviousResponseID = "previous_response_id" // Responses: the stored conversation continued
+	FieldName               = "name"                 // a tool call's function
+	FieldArguments          = "arguments"            // Responses function_call: its arguments
+	FieldOutput             = "output"               // Responses function_call_output: the result
 )
 
 // Framing bytes written between the pieces of a chat prompt. They are ASCII
@@ -45,7 +60,7 @@ const (
 const (
 	SepRole      byte = 0x1e // after a message's role, before its content
 	SepMessage   byte = 0x1f // after each complete message
-	SepToolCalls byte = 0x1d // before an assistant message's raw tool_calls JSON
+	SepToolCalls byte = 0x1d // before a message's tool calls, and a tool block's parts
 	SepMedia     byte = 0x1a // opens and closes a media placeholder
 	SepPart      byte = '\n' // between content parts, as vLLM joins text parts
 )
@@ -61,8 +76,8 @@ const MaxDepth = jsonx.MaxDepth
 // tapeEntries bounds the Parser's tape: the escapes and ends of the
 // prompt's long strings, recorded while they are validated so that a value
 // read again out of order (a content before its role, a content part's
-// text) is copied instead of scanned again. Past it the rest is scanned as
-// usual.
+// text, a prompt written after its system prompt) is copied instead of
+// scanned again. Past it the rest is scanned as usual.
 const tapeEntries = 8192
 
 // unescapeChunk is the scratch size for decoding JSON strings
@@ -93,9 +108,23 @@ type Request struct {
 	MaxTokens    int64
 	HasMaxTokens bool
 
-	Stream       bool  // "stream": the response is server-sent events
-	IncludeUsage bool  // "stream_options.include_usage": the last event carries usage
+	Stream bool // "stream": the response is server-sent events
+	// IncludeUsage reports that the stream will carry usage:
+	// "stream_options.include_usage" for chat and completions; always for
+	// a Messages or Responses stream (message_delta, response.completed).
+	IncludeUsage bool
 	N            int64 // "n": choices generated per prompt, 1 when absent
+
+	// PreviousResponseID is FNV-1a 64 of the decoded
+	// "previous_response_id" (Responses), HasPreviousResponse whether one
+	// was given. Such a request continues a conversation stored by the
+	// engine that answered it, which the router never saw: its prefix is
+	// not in the body. vLLM keeps stored responses in the API server's
+	// memory (VLLM_ENABLE_RESPONSES_API_STORE), so only that replica can
+	// serve it; the router keys affinity on this value and learns it from
+	// the response (StreamCounter.ResponseID, Reply.ResponseID).
+	PreviousResponseID  uint64
+	HasPreviousResponse bool
 
 	// Truncated reports that the body was cut at the buffer limit and only
 	// its complete prefix was read (ParseText with truncated set).
@@ -116,17 +145,17 @@ type Request struct {
 // concurrent use; keep one per HTTP context or per VM (the plugin is single
 // threaded per VM).
 type Parser struct {
-	rd, sub, sub2 jsonx.Reader // sub and sub2 re-read values out of order
-	tape          jsonx.Tape
-	tapeBuf       [tapeEntries]uint32
-	err           Error
-	scratch       [unescapeChunk]byte
-	model         [MaxModelBytes]byte
-	one           [1]byte
-	hexbuf        [18]byte
-	sink          sink
-	pending       [outBytes]byte // output not yet written, see emit
-	pendingLen    int
+	rd, sub, sub2, sub3 jsonx.Reader // the sub readers re-read values out of order
+	tape                jsonx.Tape
+	tapeBuf             [tapeEntries]uint32
+	err                 Error
+	scratch             [unescapeChunk]byte
+	model               [MaxModelBytes]byte
+	one                 [1]byte
+	hexbuf              [18]byte
+	sink                sink
+	pending             [outBytes]byte // output not yet written, see emit
+	pendingLen          int
 	// held is a message's content read before its role, decoded by
 	// jsonx.Reader.AppendString; it grows (doubling) to the longest such
 	// content seen and is reused.
@@ -141,6 +170,20 @@ type Parser struct {
 	doc    []byte
 	prefix bool // doc may be cut (truncated)
 
+	// A Messages or Responses prompt met before its system prompt waits
+	// (see writeDeferred): the values' offsets, -1 when not met.
+	preambleAt, promptAt int
+	preambleSeen         bool
+	// inSystem is set while a Messages system prompt's blocks are written.
+	inSystem bool
+	// The members of a Responses input item and of a Messages tool block,
+	// kept here so that chat's messages and parts do not clear them.
+	item item
+	tool toolBlock
+	// systemChars is the length of the text the system prompt wrote (it is
+	// written first): FuzzParseMessages compares the rest.
+	systemChars int
+
 	// Field state.
 	out                *Request
 	first              *Error
@@ -154,7 +197,7 @@ type Parser struct {
 	tokens   int
 	werr     error
 	stop     bool // the prompt had the wrong shape: write no more of it
-	streamed bool // a prompt was written already
+	streamed bool // the prompt field was met
 }
 
 // sink lets jsonx write decoded text through Parser.emit without an
@@ -176,6 +219,10 @@ func KindFromPath(path []byte) (Kind, bool) {
 		return Completion, true
 	case PathChatCompletions:
 		return Chat, true
+	case PathMessages:
+		return Messages, true
+	case PathResponses:
+		return Responses, true
 	}
 	return 0, false
 }
@@ -207,6 +254,14 @@ func KindFromPath(path []byte) (Kind, bool) {
 //	                                16 hex digits of FNV-1a 64 over the part's
 //	                                raw JSON SepMedia: stable, data-sensitive,
 //	                                without the data.
+//	messages (Anthropic):           "system" SepRole system SepMessage, then
+//	                                the messages as chat's; content blocks as
+//	                                parts, tool and thinking blocks as block
+//	                                (messages.go) writes them
+//	responses:                      "system" SepRole instructions SepMessage,
+//	                                then the input: a string as "user" SepRole
+//	                                text SepMessage, items as chat messages or
+//	                                as item (responses.go) writes them
 //
 // JSON escapes are decoded (\uXXXX surrogate pairs to UTF-8, lone
 // surrogates to U+FFFD as encoding/json does); invalid UTF-8 passes through.
@@ -233,11 +288,16 @@ func KindFromPath(path []byte) (Kind, bool) {
 // CodeBadField on the second (JSON decoders keep the last; a duplicated
 // prompt key is no client's output, and its text cannot be unwritten).
 //
-// Field rules: "max_tokens" and "max_completion_tokens" must be JSON integers
-// in [0, 2^63-1] or null (negative, fractional, exponent or overflowing values
-// are ErrBadField; servers reject such requests too). "n" must be an integer
-// >= 1 or null. "stream" and "stream_options.include_usage" must be booleans
-// or null. Unknown fields are skipped unexamined except for syntax.
+// Field rules: "max_tokens" and "max_completion_tokens" (chat, completions)
+// and "max_output_tokens" (responses) must be JSON integers in [0, 2^63-1] or
+// null (negative, fractional, exponent or overflowing values are ErrBadField;
+// servers reject such requests too); the Messages API's "max_tokens" is
+// required and >= 1. "n" must be an integer >= 1 or null. "stream" and
+// "stream_options.include_usage" must be booleans or null. "system"
+// (messages) is a string or an array of blocks, "instructions" and
+// "previous_response_id" (responses) strings, all three or null. Fields of
+// other endpoints and unknown fields are skipped unexamined except for
+// syntax.
 func (p *Parser) ParseText(kind Kind, body []byte, truncated bool, w io.Writer, out *Request) error {
 	if w == nil {
 		w = io.Discard
@@ -260,6 +320,7 @@ func (p *Parser) ParseText(kind Kind, body []byte, truncated bool, w io.Writer, 
 func (p *Parser) parse(kind Kind, body []byte, out *Request, truncOK bool) error {
 	*out = Request{Kind: kind, N: 1}
 	p.kind, p.doc, p.prefix = kind, body, truncOK
+	p.preambleAt, p.promptAt, p.preambleSeen, p.systemChars = -1, -1, false, 0
 	p.first, p.out = nil, out
 	p.maxTok, p.maxCompTok, p.hasMax, p.hasMaxComp = 0, 0, false, false
 
@@ -297,6 +358,15 @@ func (p *Parser) parse(kind Kind, body []byte, out *Request, truncOK bool) error
 		return p.err.set(CodeNotJSON, "", "", e.Offset, nil)
 	}
 	out.Truncated = r.Truncated()
+	if p.promptAt >= 0 {
+		p.writeDeferred()
+	}
+	if p.kind == Messages || p.kind == Responses {
+		out.IncludeUsage = out.Stream
+	}
+	if p.kind == Messages && !p.hasMax && !out.Truncated {
+		p.fail(CodeBadField, FieldMaxTokens, ruleRequired, nil)
+	}
 	switch {
 	case p.hasMaxComp:
 		out.MaxTokens, out.HasMaxTokens = p.maxCompTok, true
@@ -332,10 +402,16 @@ const (
 	rulePart     = "a content part object"
 	ruleModelLen = "a string of at most 256 bytes"
 	ruleOnce     = "given once"
+	ruleRequired = "an integer >= 1 (required)"
+	ruleSystem   = "a string, an array of content blocks or null"
+	ruleInput    = "a string, an array of input items or null"
+	ruleItems    = "an array of input item objects"
+	ruleIDLen    = "a string of at most 256 bytes"
 )
 
 func (p *Parser) topField(r *jsonx.Reader) {
 	out := p.out
+	openAI := p.kind == Completion || p.kind == Chat // the fields only these endpoints have
 	switch string(r.Key()) {
 	case FieldModel:
 		v := r.Value()
@@ -351,20 +427,41 @@ func (p *Parser) topField(r *jsonx.Reader) {
 			out.Model = jsonx.AppendUnescape(p.model[:0], v.Raw)
 		}
 	case FieldMaxTokens:
-		p.maxTok, p.hasMax = p.count(FieldMaxTokens, r.Value(), 0)
+		switch p.kind {
+		case Messages:
+			p.maxTok, p.hasMax = p.count(FieldMaxTokens, r.Value(), 1, ruleRequired)
+		case Responses:
+			r.Skip()
+		default:
+			p.maxTok, p.hasMax = p.count(FieldMaxTokens, r.Value(), 0, ruleCount)
+		}
 	case FieldMaxCompletionTokens:
-		p.maxCompTok, p.hasMaxComp = p.count(FieldMaxCompletionTokens, r.Value(), 0)
+		if !openAI {
+			r.Skip()
+			return
+		}
+		p.maxCompTok, p.hasMaxComp = p.count(FieldMaxCompletionTokens, r.Value(), 0, ruleCount)
+	case FieldMaxOutputTokens:
+		if p.kind != Responses {
+			r.Skip()
+			return
+		}
+		p.maxTok, p.hasMax = p.count(FieldMaxOutputTokens, r.Value(), 0, ruleCount)
 	case FieldN:
-		if n, ok := p.count(FieldN, r.Value(), 1); ok {
+		if !openAI {
+			r.Skip()
+			return
+		}
+		if n, ok := p.count(FieldN, r.Value(), 1, ruleN); ok {
 			out.N = n
 		}
 	case FieldStream:
 		out.Stream = p.boolean(FieldStream, r.Value())
 	case FieldStreamOptions:
-		switch r.Kind() {
-		case jsonx.None, jsonx.Null:
+		switch k := r.Kind(); {
+		case !openAI, k == jsonx.None, k == jsonx.Null:
 			r.Skip()
-		case jsonx.Object:
+		case k == jsonx.Object:
 			r.Object()
 			for r.Member() {
 				if string(r.Key()) == FieldIncludeUsage {
@@ -374,47 +471,155 @@ func (p *Parser) topField(r *jsonx.Reader) {
 		default:
 			p.fail(CodeBadField, FieldStreamOptions, ruleObject, r.Value().Raw)
 		}
-	case FieldPrompt, FieldMessages:
-		if string(r.Key()) == FieldPrompt && p.kind != Completion || string(r.Key()) == FieldMessages && p.kind != Chat {
+	case FieldPreviousResponseID:
+		if p.kind != Responses {
 			r.Skip()
 			return
 		}
-		// The tape serves the few values re-read out of order (a content
-		// before its role, content parts).
-		p.tape.Reset(p.tapeBuf[:])
-		r.RecordTape(&p.tape)
-		if p.streamed {
-			field := FieldMessages
-			if p.kind == Completion {
-				field = FieldPrompt
-			}
-			p.fail(CodeBadField, field, ruleOnce, r.Value().Raw)
-		} else {
-			p.streamed = true
-			depth := r.Depth()
-			if p.kind == Completion {
-				p.writePrompt(r)
-			} else {
-				p.writeMessages(r)
-			}
-			p.flush()
-			r.Unwind(depth) // a shape error stops writing, not reading
-			out.PromptBad = p.stop
+		p.previousResponse(r.Value())
+	case FieldSystem, FieldInstructions:
+		if string(r.Key()) != preambleName(p.kind) {
+			r.Skip()
+			return
 		}
-		r.RecordTape(nil)
+		p.preambleField(r)
+	case FieldPrompt, FieldMessages, FieldInput:
+		if string(r.Key()) != promptName(p.kind) {
+			r.Skip()
+			return
+		}
+		p.promptField(r)
 	default:
 		r.Skip()
 	}
 }
 
-// count parses a non-negative integer field (>= min), null meaning absent.
-func (p *Parser) count(field string, v jsonx.Value, min int64) (int64, bool) {
+// promptName is the field that holds kind's prompt.
+func promptName(k Kind) string {
+	switch k {
+	case Completion:
+		return FieldPrompt
+	case Responses:
+		return FieldInput
+	}
+	return FieldMessages
+}
+
+// preambleName is the field that holds kind's system prompt, written before
+// the prompt wherever the body puts it; "" when kind has none.
+func preambleName(k Kind) string {
+	switch k {
+	case Messages:
+		return FieldSystem
+	case Responses:
+		return FieldInstructions
+	}
+	return ""
+}
+
+// promptField reads the prompt due next in r. It is written now, in the
+// same pass, unless kind has a system prompt that has not been met yet:
+// then it is validated and its offset kept for writeDeferred (clients put
+// "system" and "instructions" after the prompt too, the Anthropic and
+// OpenAI Python SDKs among them). The tape records the strings read, so
+// that values read again out of order are copied rather than scanned.
+func (p *Parser) promptField(r *jsonx.Reader) {
+	if p.streamed {
+		p.fail(CodeBadField, promptName(p.kind), ruleOnce, r.Value().Raw)
+		return
+	}
+	p.streamed = true
+	r.RecordTape(&p.tape)
+	if preambleName(p.kind) != "" && !p.preambleSeen {
+		if v := r.Value(); v.Kind != jsonx.None { // None: cut before the value began
+			p.promptAt = v.Off
+		}
+	} else {
+		depth := r.Depth()
+		p.writePromptValue(r)
+		r.Unwind(depth) // a shape error stops writing, not reading
+	}
+	r.RecordTape(nil)
+}
+
+// preambleField reads the system prompt due next in r: written now when
+// the prompt is still to come, else kept for writeDeferred.
+func (p *Parser) preambleField(r *jsonx.Reader) {
+	if p.preambleSeen {
+		p.fail(CodeBadField, preambleName(p.kind), ruleOnce, r.Value().Raw)
+		return
+	}
+	p.preambleSeen = true
+	if !p.streamed {
+		depth := r.Depth()
+		p.writePreamble(r)
+		r.Unwind(depth)
+		return
+	}
+	r.RecordTape(&p.tape)
+	if v := r.Value(); v.Kind != jsonx.None {
+		p.preambleAt = v.Off
+	}
+	r.RecordTape(nil)
+}
+
+// writeDeferred writes, once the body is read, a prompt that came before
+// its system prompt: the system prompt first, then the prompt, re-read from
+// their offsets through the tape. A system prompt the cut falls in ends the
+// text. When a cut body ends before its system prompt, the prompt is written
+// without it: what the whole body writes then begins with the system
+// prompt, and the cut body's text is not its prefix (FuzzParseMessages
+// allows for that one case).
+func (p *Parser) writeDeferred() {
+	if p.preambleAt >= 0 {
+		r := p.at(&p.rd, p.preambleAt)
+		if p.writePreamble(r); r.Truncated() {
+			return
+		}
+	}
+	p.writePromptValue(p.at(&p.rd, p.promptAt))
+}
+
+// writePromptValue writes the prompt value due next in r, by kind; after
+// a shape error (PromptBad) nothing more is written.
+func (p *Parser) writePromptValue(r *jsonx.Reader) {
+	if !p.ok() {
+		r.Skip()
+		return
+	}
+	switch p.kind {
+	case Completion:
+		p.writePrompt(r)
+	case Responses:
+		p.writeInput(r)
+	default:
+		p.writeMessages(r)
+	}
+	p.flush()
+	p.out.PromptBad = p.stop
+}
+
+// writePreamble writes the system prompt due next in r, by kind.
+func (p *Parser) writePreamble(r *jsonx.Reader) {
+	if !p.ok() {
+		r.Skip()
+		return
+	}
+	if p.kind == Messages {
+		p.writeSystem(r)
+	} else {
+		p.writeInstructions(r)
+	}
+	p.flush()
+	p.systemChars = p.n
+	p.out.PromptBad = p.stop
+}
+
+// count parses an integer field >= min (the bound rule names), null
+// meaning absent.
+func (p *Parser) count(field string, v jsonx.Value, min int64, rule string) (int64, bool) {
 	if v.Kind == jsonx.Null || v.Kind == jsonx.None {
 		return 0, false
-	}
-	rule := ruleCount
-	if min > 0 {
-		rule = ruleN
 	}
 	if v.Kind != jsonx.Number {
 		p.fail(CodeBadField, field, rule, v.Raw)
