@@ -51,10 +51,13 @@ func (s *Shares) Add(tenant uint64, delta int) {
 	}
 }
 
-// Bound scales a band's hold wait for a request of tenant: by the tenant's
-// fair share of the requests in flight with this one, over its own count,
-// when that is below 1. A lone tenant, or one at or below its share, keeps
-// holdSec; one sending ten times another's rate waits for a shorter queue.
+// Bound scales a band's hold wait for a request of tenant by the square of
+// r, its fair share of the requests in flight with this one over its own
+// count, when r is below 1: once for its part of the queue the engines
+// hold now, once for its part of what arrives there while it waits (its
+// rate is in the same ratio). A lone tenant, or one at or below its share,
+// keeps holdSec; one sending ten times another's rate waits for a much
+// shorter queue (the fairness workload: docs/simulator.md "Results").
 func (s *Shares) Bound(tenant uint64, holdSec float64) float64 {
 	mine, active := 1, s.active
 	if i, found := s.slot(tenant); found {
@@ -64,7 +67,8 @@ func (s *Shares) Bound(tenant uint64, holdSec float64) float64 {
 	}
 	fair := float64(s.total+1) / float64(active)
 	if fair < float64(mine) {
-		return holdSec * fair / float64(mine)
+		r := fair / float64(mine)
+		return holdSec * r * r
 	}
 	return holdSec
 }

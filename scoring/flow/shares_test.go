@@ -1,10 +1,13 @@
 package flow
 
-import "testing"
+import (
+	"math"
+	"testing"
+)
 
 // TestShareBound: a lone tenant, and one at or below its share, keep the
 // band's hold wait; a tenant with most of the requests in flight gets it
-// scaled by its share; finished requests stop counting.
+// scaled by the square of its share; finished requests stop counting.
 func TestShareBound(t *testing.T) {
 	s := NewShares(4)
 	if got := s.Bound(7, 3); got != 3 {
@@ -18,7 +21,7 @@ func TestShareBound(t *testing.T) {
 	}
 	s.Add(8, 1)
 	// 11 in flight with this one over 2 tenants: a fair share of 5.5.
-	if got, want := s.Bound(7, 3), 3*5.5/10; got != want {
+	if got, want := s.Bound(7, 3), 3*(5.5/10)*(5.5/10); math.Abs(got-want) > 1e-12 {
 		t.Errorf("Bound(tenant with 9 of 10) = %v, want %v", got, want)
 	}
 	if got := s.Bound(8, 3); got != 3 {
