@@ -32,10 +32,12 @@ const (
 //     blocks first, so the replica's entries recorded before the missing
 //     one are dropped, and what is left is a sample of the replica's
 //     effective cache size;
+//   - the evictions' samples, weighted (the first against the configured
+//     size), are the replica's capacity in the index, in place of the
+//     configured or scraped KV size (TestFeedbackEviction);
 //   - a surplus shows the index forgot what the replica still holds: the
-//     entries it holds plus the surplus are a sample of its size;
-//   - the samples' weighted mean is the replica's capacity in the index, in
-//     place of the configured or scraped KV size (TestFeedbackEviction).
+//     entries it holds plus the surplus are a lower bound of the learned
+//     capacity.
 //
 // At the response's end the prompt's chain is recorded again with the
 // answer's blocks after it (the stream's prefix.Continuation, fed by the
@@ -54,9 +56,10 @@ type feedback struct {
 	configured []int
 	learned    []int
 	// settled is, per replica, the index clock of the dispatch whose first
-	// token came back latest: the engine has computed what the dispatches
-	// before it recorded (engines prefill in arrival order), so a shortfall
-	// of those is an eviction, not a prefill still running.
+	// token came back latest, or of the last response's record: the engine
+	// has computed what was recorded before it (engines prefill in arrival
+	// order), so a shortfall of those is an eviction, not a prefill still
+	// running.
 	settled []uint32
 	// answer is the VM's answer hasher: each stream resumes it from its
 	// own continuation around each chunk it feeds.
@@ -115,28 +118,45 @@ func (f *feedback) capacity(replica, kvTokens int) {
 	f.apply(replica)
 }
 
-// apply bounds replica's index entries by its learned capacity, within a
-// sixteenth and twice the configured one, else by the configured one.
+// apply bounds replica's index entries by its learned capacity, within half
+// and twice the configured one, else by the configured one: an engine under
+// load holds less of its cache for reuse than it will once its running
+// requests end, and an index that forgets a session the engine still
+// holds sends it to a cold replica.
 func (f *feedback) apply(replica int) {
 	tokens, per := f.configured[replica], f.index.TokensPerEntry()
 	if l := f.learned[replica]; l > 0 {
 		learned := l * per
 		if tokens > 0 {
-			learned = min(max(learned, tokens/16), 2*tokens)
+			learned = min(max(learned, tokens/2), 2*tokens)
 		}
 		tokens = learned
 	}
 	f.index.SetCapacityTokens(replica, tokens)
 }
 
-// learn adds a sample of replica's effective cache size, in index entries.
+// learn adds a sample of replica's effective cache size, in index
+// entries, from an eviction: the entries the replica was left with. The
+// first sample is weighed against the configured size, not taken whole.
 func (f *feedback) learn(replica, entries int) {
 	entries = max(entries, minLearnedEntries)
-	if l := f.learned[replica]; l > 0 {
-		entries = l + (entries-l)/learnShare
+	l := f.learned[replica]
+	if l == 0 {
+		l = max(f.configured[replica]/f.index.TokensPerEntry(), entries)
 	}
-	f.learned[replica] = entries
+	f.learned[replica] = l + (entries-l)/learnShare
 	f.apply(replica)
+}
+
+// atLeast raises replica's learned capacity to entries: a surplus shows the
+// replica holds at least what the index does and the surplus. Without an
+// eviction seen, the configured size stands (a surplus early in a run,
+// with the index still filling, says nothing of the cache's size).
+func (f *feedback) atLeast(replica, entries int) {
+	if l := f.learned[replica]; l > 0 && entries > l {
+		f.learned[replica] = entries
+		f.apply(replica)
+	}
 }
 
 // begin saves the prompt's chain at its end for the answer to continue,
@@ -252,6 +272,11 @@ func (f *feedback) responded(s *stream, replica int) {
 		f.record = f.index.AppendCheckpointsAt(f.record, fb.answerFrom, fb.answer)
 	}
 	f.prefixes.placed(replica, f.record)
+	// What the response leaves cached was computed: its stamps settle too.
+	// A request of another stream still in prefill there may have recorded
+	// before it; its shortfall then reads as an eviction, which costs the
+	// older entries only.
+	f.settled[replica] = f.index.Clock()
 }
 
 // correct compares the cached tokens the engine reported with the
@@ -280,7 +305,7 @@ func (f *feedback) correct(s *stream, replica int) {
 		f.learn(replica, f.index.DropOlder(replica, at))
 	case reported >= fb.predicted+per:
 		f.stats.add(f.stats.correctionsLong, 1)
-		f.learn(replica, f.index.Resident(replica)+(reported-fb.predicted)/per)
+		f.atLeast(replica, f.index.Resident(replica)+(reported-fb.predicted)/per)
 	}
 }
 
