@@ -24,9 +24,9 @@ type Summary struct {
 	// at most what was cached on some replica when it arrived, over the
 	// latter: the share of the available reuse the router captured.
 	ReuseCaptured float64 `json:"reuse_captured"`
-	AdapterLoads   int64   `json:"adapter_loads"`
-	Completed      int     `json:"completed"`
-	Failed         int     `json:"failed"`
+	AdapterLoads  int64   `json:"adapter_loads"`
+	Completed     int     `json:"completed"`
+	Failed        int     `json:"failed"`
 	// Shed counts the failed requests the router answered itself (429,
 	// 503): the client got a response. Lost counts requests that got no
 	// response at all (still held when the run ended) or that the router

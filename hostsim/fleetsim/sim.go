@@ -171,13 +171,13 @@ type reqState struct {
 	// reusable is the most prompt tokens any replica had cached when the
 	// request arrived: the reuse the best router could have had.
 	reusable int
-	firstAt      time.Duration
-	doneAt       time.Duration
-	hasFirst     bool
-	done         bool
-	failed       bool
-	streamed     int // tokens reported to the policy
-	migrated     int
+	firstAt  time.Duration
+	doneAt   time.Duration
+	hasFirst bool
+	done     bool
+	failed   bool
+	streamed int // tokens reported to the policy
+	migrated int
 }
 
 type drainRec struct {
