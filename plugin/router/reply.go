@@ -19,11 +19,20 @@ var jsonHeaders = [][2]string{{"content-type", "application/json"}}
 // overloadedBody is the 429 body, in the shape OpenAI's API uses for errors.
 var overloadedBody = []byte(`{"error":{"message":"every eligible replica is over the configured queue bound (max_wait_ms); retry later","type":"rate_limit_exceeded","code":429}}`)
 
+// modelNotFoundBody is the 404 body for a model no replica serves, with
+// the type and code OpenAI's API answers an unknown model with (the model
+// is not echoed: no request data is).
+var modelNotFoundBody = []byte(`{"error":{"message":"no replica serves the requested model","type":"invalid_request_error","param":"model","code":"model_not_found"}}`)
+
 // header writes the decision's destination into the request, or answers
-// locally: 503 when no replica is eligible (TestNoEligibleReplica), 429 when
-// the best one's expected wait is over max_wait_ms (TestOverload429). ok
-// says the request goes upstream.
+// locally: 404 when no replica serves the request's model
+// (TestModelNotServed), 503 when no replica is eligible
+// (TestNoEligibleReplica), 429 when the best one's expected wait is over
+// max_wait_ms (TestOverload429). ok says the request goes upstream.
 func (r *root) header(d *scoring.Decision) (action types.Action, ok bool) {
+	if d.Index < 0 && d.NoModel == len(r.view.replicas) {
+		return r.reject(404, detailsModelNotFound, modelNotFoundBody, r.stats.modelNotFound), false
+	}
 	if d.Index < 0 {
 		return r.reject(503, detailsUnavailable, r.unavailableBody(d), r.stats.unavailable), false
 	}
@@ -91,6 +100,8 @@ func (r *root) unavailableBody(d *scoring.Decision) []byte {
 	b := append(r.replies[:0], `{"error":{"message":"no eligible replica among `...)
 	b = strconv.AppendInt(b, int64(len(r.view.replicas)), 10)
 	b = append(b, `: `...)
+	b = strconv.AppendInt(b, int64(d.NoModel), 10)
+	b = append(b, ` serving other models, `...)
 	b = strconv.AppendInt(b, int64(d.Unhealthy), 10)
 	b = append(b, ` unhealthy, `...)
 	b = strconv.AppendInt(b, int64(d.Draining), 10)

@@ -33,9 +33,10 @@ const (
 	// HeaderDecision is the opt-in response header explaining the decision.
 	HeaderDecision = "x-gpuroute-decision"
 
-	detailsUnavailable = "gpuroute_no_eligible_replica"
-	detailsOverloaded  = "gpuroute_overloaded"
-	detailsStatus      = "gpuroute_status"
+	detailsUnavailable   = "gpuroute_no_eligible_replica"
+	detailsModelNotFound = "gpuroute_model_not_found"
+	detailsOverloaded    = "gpuroute_overloaded"
+	detailsStatus        = "gpuroute_status"
 )
 
 // New returns the VM context to register with proxy.SetVMContext.
