@@ -24,7 +24,7 @@ func newDecisionRoot(tb testing.TB) *root {
 		tb.Fatalf("config.Parse(benchConfig) = %v", err)
 	}
 	r := &root{id: 1, vm: &vm{}}
-	if err := r.setup(cfg); err != nil {
+	if err := r.setup(cfg, nil); err != nil {
 		tb.Fatalf("setup = %v", err)
 	}
 	return r
@@ -109,7 +109,7 @@ func TestResolveModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := &root{id: 1, vm: &vm{}}
-	if err := r.setup(cfg); err != nil {
+	if err := r.setup(cfg, nil); err != nil {
 		t.Fatal(err)
 	}
 	llama, qwen, other := []bool{true, false, true}, []bool{false, true, true}, []bool{false, false, true}
