@@ -172,6 +172,7 @@ func (s *stream) dispatch(d *scoring.Decision, req *scoring.Request, now int64) 
 		r.stats.tally(r.stats.inFlight, 1)
 		r.stats.tally(r.stats.replica(d.Index).inFlight, 1)
 		r.work.publishOn(d.Index, now)
+		r.flow.sent(s)
 	}
 	if len(req.Chain) > 0 {
 		r.prefixes.dispatched(d.Index, req.Chain)
@@ -280,6 +281,7 @@ func (s *stream) release() {
 		}
 		r.stats.tally(r.stats.inFlight, -1)
 		r.stats.tally(r.stats.replica(s.replica).inFlight, -1)
+		r.flow.finished(s)
 		s.flight = 0
 		r.work.publishOn(s.replica, now)
 		r.flow.freed(now, s)
