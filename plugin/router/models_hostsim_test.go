@@ -15,18 +15,13 @@ import (
 func TestHeldKeepsModel(t *testing.T) {
 	// chatBody asks for llama-3-8b; r1 serves it.
 	models := map[int]string{0: `"models":["qwen"]`, 1: `"models":["llama-3-8b"]`}
-	config := func(order []int) string {
-		var b strings.Builder
-		b.WriteString(`{"tick_ms":100,"replicas":[`)
-		for k, i := range order {
-			if k > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString(`{"name":"r` + strconv.Itoa(i) + `","address":"10.0.0.` + strconv.Itoa(i+1) +
-				`:8000","metrics_cluster":"r` + strconv.Itoa(i) + `-metrics",` + models[i] + `}`)
+	config := func(f *testFleet, order []int) string {
+		cfg := f.configOf(order, "")
+		for i, m := range models {
+			cluster := `"metrics_cluster":"r` + strconv.Itoa(i) + `-metrics"`
+			cfg = strings.Replace(cfg, cluster+"}", cluster+","+m+"}", 1)
 		}
-		b.WriteString(`]}`)
-		return b.String()
+		return cfg
 	}
 	for _, tt := range []struct {
 		name   string
@@ -37,7 +32,7 @@ func TestHeldKeepsModel(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newBareFleet(t, 1, 2)
-			f.configure(config([]int{0, 1}))
+			f.configure(config(f, []int{0, 1}))
 			saturate(f, true)
 			f.advance(300 * time.Millisecond)
 			h := f.openWith(0, "which replica?")
@@ -45,7 +40,7 @@ func TestHeldKeepsModel(t *testing.T) {
 				t.Fatalf("request to a saturated fleet: held %v, destination %q, reply %+v; want it held", h.held(), h.dst, h.reply)
 			}
 			if tt.reload != nil {
-				f.configure(config(tt.reload))
+				f.configure(config(f, tt.reload))
 			}
 			saturate(f, false)
 			f.advance(300 * time.Millisecond)
