@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -220,6 +221,7 @@ func TestEnvoyExamples(t *testing.T) {
 					if cfg.Scraper {
 						t.Errorf("%s: the gpuroute HTTP filter has role %q, which routes without sharing its work", tc.file, config.RoleScraper)
 					}
+					checkHeldTimeouts(t, tc.file, hcm, cfg)
 					cfgs = append(cfgs, cfg)
 				}
 			})
@@ -302,7 +304,7 @@ func checkFilter(t *testing.T, tc envoyCase, h *hcmv3.HttpFilter, clusters map[s
 		if err := h.GetTypedConfig().UnmarshalTo(&w); err != nil {
 			t.Fatalf("%s: filter gpuroute is not a Wasm filter: %v", tc.file, err)
 		}
-		return checkPlugin(t, tc.file+": filter gpuroute", w.GetConfig())
+		return checkFilterPlugin(t, tc.file+": filter gpuroute", w.GetConfig())
 	}
 	cd := h.GetConfigDiscovery()
 	if cd == nil {
@@ -327,7 +329,80 @@ func checkFilter(t *testing.T, tc envoyCase, h *hcmv3.HttpFilter, clusters map[s
 	if err := ext.GetTypedConfig().UnmarshalTo(&w); err != nil {
 		t.Fatalf("%s: typed_config is not a Wasm filter: %v", tc.ecds, err)
 	}
-	return checkPlugin(t, tc.ecds, w.GetConfig())
+	return checkFilterPlugin(t, tc.ecds, w.GetConfig())
+}
+
+// checkFilterPlugin is checkPlugin for the HTTP filter, which must also
+// let the plugin pause the headers (checkHeadersPause).
+func checkFilterPlugin(t *testing.T, where string, pc *wasmv3.PluginConfig) *config.Config {
+	t.Helper()
+	checkHeadersPause(t, where, pc)
+	return checkPlugin(t, where, pc)
+}
+
+// checkHeadersPause: gpuroute reads the body before it routes, and without
+// allow_on_headers_stop_iteration Envoy answers the headers' pause with
+// StopAllIteration, which keeps the body from the plugin until it
+// continues, so the request hangs.
+func checkHeadersPause(t *testing.T, where string, pc *wasmv3.PluginConfig) {
+	t.Helper()
+	if a := pc.GetAllowOnHeadersStopIteration(); !a.GetValue() {
+		t.Errorf("%s: allow_on_headers_stop_iteration = %v, want true (else Envoy withholds the body and every request hangs)", where, a)
+	}
+}
+
+// Envoy's defaults for the timeouts a held request lives under
+// (http_connection_manager.proto stream_idle_timeout; route_components.proto
+// RouteAction.timeout).
+const (
+	defaultStreamIdleTimeout = 5 * time.Minute
+	defaultRouteTimeout      = 15 * time.Second
+)
+
+// longestHold is how long flow control may hold one request of cfg: the
+// longest max_queue_ms of its bands, 0 with flow control off.
+func longestHold(cfg *config.Config) time.Duration {
+	if !cfg.Flow.Enabled {
+		return 0
+	}
+	var d time.Duration
+	for _, b := range cfg.Flow.Bands {
+		d = max(d, time.Duration(b.MaxQueueSec*float64(time.Second)))
+	}
+	return d
+}
+
+// checkHeldTimeouts holds the connection manager running gpuroute to the
+// timeouts a held request lives under. Nothing moves on its stream while
+// it is held, so stream_idle_timeout (and a route's idle_timeout, which
+// overrides it) must outlast the longest hold, or Envoy answers 408. The
+// route timeout starts when the router has the whole request, after the
+// hold, and ends with the response: it must be set, since the 15 s default
+// cuts streamed answers, to 0 (off) or to more than the longest hold.
+func checkHeldTimeouts(t *testing.T, where string, hcm *hcmv3.HttpConnectionManager, cfg *config.Config) {
+	t.Helper()
+	hold := longestHold(cfg)
+	tooShort := func(d time.Duration) bool { return d != 0 && d <= hold }
+	idle := defaultStreamIdleTimeout
+	if d := hcm.GetStreamIdleTimeout(); d != nil {
+		idle = d.AsDuration()
+	}
+	if tooShort(idle) {
+		t.Errorf("%s: stream_idle_timeout %v, want 0 or more than the longest hold %v (max_queue_ms)", where, idle, hold)
+	}
+	for _, vh := range hcm.GetRouteConfig().GetVirtualHosts() {
+		for _, r := range vh.GetRoutes() {
+			ra := r.GetRoute()
+			if ra.GetTimeout() == nil {
+				t.Errorf("%s: route %v has no timeout, so Envoy's %v default ends streamed answers; want 0s or an explicit bound", where, r.GetMatch(), defaultRouteTimeout)
+			} else if d := ra.GetTimeout().AsDuration(); tooShort(d) {
+				t.Errorf("%s: route %v timeout %v, want 0 or more than the longest hold %v", where, r.GetMatch(), d, hold)
+			}
+			if it := ra.GetIdleTimeout(); it != nil && tooShort(it.AsDuration()) {
+				t.Errorf("%s: route %v idle_timeout %v, want 0 or more than the longest hold %v", where, r.GetMatch(), it.AsDuration(), hold)
+			}
+		}
+	}
 }
 
 // checkDestination holds the route's cluster to the way the plugin names the
