@@ -367,6 +367,52 @@ func BenchmarkGatewayRequest(b *testing.B) {
 	}
 }
 
+// BenchmarkGatewayStream measures a stream of 1,000 tokens through the
+// gateway against the same stream from the replica directly. The replica
+// paces its tokens (a hundredth of an H100's decode step each), so they
+// arrive as separate chunks, each of which passes the plugin and goes
+// downstream as it comes: the gateway's bytes per stream must stay within
+// a small multiple of the direct ones, not grow with the square of the
+// stream's length.
+func BenchmarkGatewayStream(b *testing.B) {
+	rep := NewReplica(ReplicaOptions{Name: "a", TimeScale: 0.01})
+	defer rep.Close()
+	rs, err := Serve("127.0.0.1:0", rep)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rs.Close()
+	cfg, _ := PluginConfig([]ReplicaSpec{{Name: "a", Address: rs.Addr}}, ConfigOptions{TickMillis: 100})
+	gw, err := New(context.Background(), Options{WASM: readWASM(b), Workers: 2, PluginConfig: cfg})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer gw.Close()
+	gs, err := Serve("127.0.0.1:0", gw)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer gs.Close()
+	body := `{"model":"` + testModel + `","messages":[{"role":"user","content":"hello"}],"max_tokens":1000,"stream":true}`
+	for _, bc := range []struct{ name, url string }{{"direct", rs.URL()}, {"gateway", gs.URL()}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := http.Post(bc.url+PathChatCompletions, "application/json", strings.NewReader(body))
+				if err != nil {
+					b.Fatal(err)
+				}
+				n, _ := io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					b.Fatalf("status %d", resp.StatusCode)
+				}
+				b.ReportMetric(float64(n), "body-bytes")
+			}
+		})
+	}
+}
+
 // FuzzRebindReplicas: any input gives an error or valid JSON whose
 // replicas named in the map carry the new address.
 func FuzzRebindReplicas(f *testing.F) {
