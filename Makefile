@@ -76,6 +76,12 @@ peers-bench: wasm $(PEERS_VENV)/.installed ## SGLang's and vLLM's routers from P
 	  --peer 'sglang=$(PEERS_VENV)/bin/python -m sglang_router.launch_router --host 127.0.0.1 --port {port} --worker-startup-check-interval 1 --worker-urls {workers}' \
 	  --peer 'vllm-router=$(PEERS_VENV)/bin/vllm-router --host 127.0.0.1 --port {port} --worker-startup-check-interval 1 --worker-urls {workers}'
 
+# Its own module (controller/e2e): a kube-apiserver built from k8s.io/kubernetes
+# and an embedded etcd, far too long to build for make test on a cold cache.
+.PHONY: e2e-kube
+e2e-kube: ## gpuroute-controller against a real kube-apiserver and etcd, the example manifests applied (opt-in)
+	cd controller/e2e && $(GO) test -count=1 -timeout 30m -v .
+
 bench: wasm ## run benchmarks (opt-in; not part of make test)
 	GPUROUTE_WASM=$(CURDIR)/$(WASM) $(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
 

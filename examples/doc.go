@@ -1,7 +1,7 @@
-// Package examples holds gpuroute's Envoy and Istio configurations (envoy/,
-// istio/) and the tests that keep them honest: every file must parse into the
-// real API types, pass their validation, and carry a plugin configuration
-// that plugin/config accepts.
+// Package examples holds gpuroute's Envoy, Istio and Kubernetes
+// configurations (envoy/, istio/, kubernetes/) and the tests that keep them
+// honest: every file must parse into the real API types, pass their
+// validation, and carry a plugin configuration that plugin/config accepts.
 //
 //	go test ./examples/...
 //

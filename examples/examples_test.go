@@ -2,6 +2,7 @@ package examples
 
 import (
 	"bytes"
+	"encoding/json"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	wasmfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/wasm/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	overridehostv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/override_host/v3"
@@ -164,7 +166,11 @@ func TestEveryExampleIsTested(t *testing.T) {
 	for _, f := range istioFiles {
 		known[filepath.Join("istio", f)] = true
 	}
-	for _, pattern := range []string{"envoy/*.yaml", "envoy/*.yml", "envoy/*.json", "istio/*.yaml", "istio/*.yml"} {
+	for _, f := range kubernetesFiles {
+		known[filepath.Join("kubernetes", filepath.FromSlash(f))] = true
+	}
+	for _, pattern := range []string{"envoy/*.yaml", "envoy/*.yml", "envoy/*.json", "istio/*.yaml", "istio/*.yml",
+		"kubernetes/*.yaml", "kubernetes/*.yml", "kubernetes/*/*.yaml", "kubernetes/*/*.yml"} {
 		files, err := filepath.Glob(pattern)
 		if err != nil {
 			t.Fatal(err)
@@ -194,37 +200,29 @@ func TestEnvoyExamples(t *testing.T) {
 			var routeClusters []string
 			var retries uint32
 			var filters int
-			for _, l := range bs.GetStaticResources().GetListeners() {
-				for _, fc := range l.GetFilterChains() {
-					for _, f := range fc.GetFilters() {
-						var hcm hcmv3.HttpConnectionManager
-						if err := f.GetTypedConfig().UnmarshalTo(&hcm); err != nil {
-							t.Fatalf("%s: listener %s: filter %s is not an HttpConnectionManager: %v", tc.file, l.GetName(), f.GetName(), err)
-						}
-						for _, vh := range hcm.GetRouteConfig().GetVirtualHosts() {
-							for _, r := range vh.GetRoutes() {
-								routeClusters = append(routeClusters, r.GetRoute().GetCluster())
-								retries = max(retries, r.GetRoute().GetRetryPolicy().GetNumRetries().GetValue())
-							}
-						}
-						hf := hcm.GetHttpFilters()
-						if n := len(hf); n < 2 || hf[n-1].GetName() != "envoy.filters.http.router" {
-							t.Errorf("%s: the router must be the last HTTP filter", tc.file)
-						}
-						for _, h := range hf {
-							if h.GetName() != "gpuroute" {
-								continue
-							}
-							filters++
-							cfg := checkFilter(t, tc, h, clusters)
-							if cfg.Scraper {
-								t.Errorf("%s: the gpuroute HTTP filter has role %q, which routes without sharing its work", tc.file, config.RoleScraper)
-							}
-							cfgs = append(cfgs, cfg)
-						}
+			eachHCM(t, tc.file, &bs, func(_ *listenerv3.Listener, hcm *hcmv3.HttpConnectionManager) {
+				for _, vh := range hcm.GetRouteConfig().GetVirtualHosts() {
+					for _, r := range vh.GetRoutes() {
+						routeClusters = append(routeClusters, r.GetRoute().GetCluster())
+						retries = max(retries, r.GetRoute().GetRetryPolicy().GetNumRetries().GetValue())
 					}
 				}
-			}
+				hf := hcm.GetHttpFilters()
+				if n := len(hf); n < 2 || hf[n-1].GetName() != "envoy.filters.http.router" {
+					t.Errorf("%s: the router must be the last HTTP filter", tc.file)
+				}
+				for _, h := range hf {
+					if h.GetName() != "gpuroute" {
+						continue
+					}
+					filters++
+					cfg := checkFilter(t, tc, h, clusters)
+					if cfg.Scraper {
+						t.Errorf("%s: the gpuroute HTTP filter has role %q, which routes without sharing its work", tc.file, config.RoleScraper)
+					}
+					cfgs = append(cfgs, cfg)
+				}
+			})
 			if filters != 1 {
 				t.Fatalf("%s: %d gpuroute HTTP filters, want 1", tc.file, filters)
 			}
@@ -275,6 +273,23 @@ func TestEnvoyExamples(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// eachHCM calls f with every HTTP connection manager of a bootstrap's
+// listeners; a network filter that is not one fails the test.
+func eachHCM(t *testing.T, file string, bs *bootstrapv3.Bootstrap, f func(*listenerv3.Listener, *hcmv3.HttpConnectionManager)) {
+	t.Helper()
+	for _, l := range bs.GetStaticResources().GetListeners() {
+		for _, fc := range l.GetFilterChains() {
+			for _, nf := range fc.GetFilters() {
+				var hcm hcmv3.HttpConnectionManager
+				if err := nf.GetTypedConfig().UnmarshalTo(&hcm); err != nil {
+					t.Fatalf("%s: listener %s: filter %s is not an HttpConnectionManager: %v", file, l.GetName(), nf.GetName(), err)
+				}
+				f(l, &hcm)
+			}
+		}
 	}
 }
 
@@ -413,6 +428,31 @@ func splitDocs(b []byte) [][]byte {
 	return docs
 }
 
+// istioDoc decodes one Istio object: its top-level keys strictly, its spec
+// into the istio.io/api message with unknown fields rejected.
+func istioDoc(t *testing.T, where string, doc []byte) (istioObject, proto.Message) {
+	t.Helper()
+	var obj istioObject
+	if err := yaml.UnmarshalStrict(doc, &obj); err != nil {
+		t.Fatalf("%s: %v", where, err)
+	}
+	if obj.Metadata.Name == "" {
+		t.Errorf("%s: metadata.name is empty", where)
+	}
+	spec := istioSpec(obj.APIVersion, obj.Kind)
+	if spec == nil {
+		t.Fatalf("%s: unexpected %s %s", where, obj.APIVersion, obj.Kind)
+	}
+	var top map[string]json.RawMessage
+	if err := yaml.Unmarshal(doc, &top); err != nil {
+		t.Fatalf("%s: %v", where, err)
+	}
+	if err := strict.Unmarshal(top["spec"], spec); err != nil {
+		t.Fatalf("%s: protojson.Unmarshal(spec) into %T: %v", where, spec, err)
+	}
+	return obj, spec
+}
+
 func TestIstioExamples(t *testing.T) {
 	// Cluster names Istio builds for the ServiceEntries: outbound|port||host.
 	istioClusters := map[string]bool{}
@@ -425,35 +465,7 @@ func TestIstioExamples(t *testing.T) {
 		}
 		for i, doc := range splitDocs(raw) {
 			where := file + "#" + strconv.Itoa(i)
-			j, err := yaml.YAMLToJSON(doc)
-			if err != nil {
-				t.Fatalf("%s: %v", where, err)
-			}
-			var obj istioObject
-			if err := yaml.UnmarshalStrict(doc, &obj); err != nil {
-				t.Fatalf("%s: %v", where, err)
-			}
-			if obj.Metadata.Name == "" {
-				t.Errorf("%s: metadata.name is empty", where)
-			}
-			spec := istioSpec(obj.APIVersion, obj.Kind)
-			if spec == nil {
-				t.Fatalf("%s: unexpected %s %s", where, obj.APIVersion, obj.Kind)
-			}
-			var top map[string]any
-			if err := yaml.Unmarshal(j, &top); err != nil {
-				t.Fatal(err)
-			}
-			specJSON, err := yaml.Marshal(top["spec"])
-			if err != nil {
-				t.Fatal(err)
-			}
-			if specJSON, err = yaml.YAMLToJSON(specJSON); err != nil {
-				t.Fatal(err)
-			}
-			if err := strict.Unmarshal(specJSON, spec); err != nil {
-				t.Fatalf("%s: protojson.Unmarshal(spec) into %T: %v", where, spec, err)
-			}
+			_, spec := istioDoc(t, where, doc)
 			switch s := spec.(type) {
 			case *extensionsv1alpha1.WasmPlugin:
 				plugins = append(plugins, s)

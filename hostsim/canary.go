@@ -30,7 +30,7 @@ type canaryKey struct {
 // canary runs the configuration canary for vm's base VM unless it judged
 // this configuration before; it returns why the configuration is refused.
 func (h *Host) canary(vm *VM, rootID string, cfg []byte) error {
-	if !h.opts.Canary {
+	if h.opts.NoCanary {
 		return nil
 	}
 	key := canaryKey{code: vm.mod.sum, vmID: vm.id, vmConfig: string(vm.vmConfig), rootID: rootID, config: string(cfg)}

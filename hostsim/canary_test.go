@@ -12,7 +12,7 @@ import (
 // newCanaryHost starts n worker VMs of the conformance guest in one Host.
 func newCanaryHost(t *testing.T, opts Options, n int) (*Host, []*VM) {
 	t.Helper()
-	h, first := newGuestVM(t, opts, "vm", "")
+	h, first := startGuest(t, opts, "vm", "")
 	vms := []*VM{first}
 	for len(vms) < n {
 		vm, err := h.NewVM(context.Background(), first.mod, "vm", nil)
@@ -45,7 +45,7 @@ func callbacks(h *Host, names ...string) []string {
 // configure); none for a configuration already judged; its ticks never
 // fire; its shared data writes stay.
 func TestCanary(t *testing.T) {
-	h, vms := newCanaryHost(t, Options{Canary: true}, 2)
+	h, vms := newCanaryHost(t, Options{}, 2)
 	h.ClearLogs()
 	const cfg = "configure: setshared by-$ctx x 0; tick 10\ntick: log 2 ticked"
 	for _, vm := range vms {
@@ -91,7 +91,7 @@ func TestCanaryRefuses(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			h, vms := newCanaryHost(t, Options{Canary: true}, 1)
+			h, vms := newCanaryHost(t, Options{}, 1)
 			old := configure(t, vms[0], "r", "configure: log 2 first")
 			h.ClearLogs()
 			for try := range 2 {
@@ -117,12 +117,12 @@ func TestCanaryRefuses(t *testing.T) {
 	}
 }
 
-// TestNoCanary: without Options.Canary the workers are configured directly.
+// TestNoCanary: with Options.NoCanary the workers are configured directly.
 func TestNoCanary(t *testing.T) {
-	h, vms := newCanaryHost(t, Options{}, 1)
+	h, vms := newCanaryHost(t, Options{NoCanary: true}, 1)
 	configure(t, vms[0], "r", "configure: log 2 x")
 	if got := h.Canaries(); got != 0 || len(callbacks(h, "configure")) != 1 {
-		t.Errorf("without Canary: Canaries() = %d, configure callbacks %q; want 0 and the worker's", got, callbacks(h, "configure"))
+		t.Errorf("NoCanary: Canaries() = %d, configure callbacks %q; want 0 and the worker's", got, callbacks(h, "configure"))
 	}
 }
 

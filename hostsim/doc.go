@@ -27,8 +27,9 @@
 //   - Roots (VM.Configure) tick on the virtual clock; Host.Advance fires due
 //     ticks, http_call responses and timeouts and queue deliveries in time
 //     order. Reconfiguring a root id creates a new root in the same VM; a
-//     rejected configuration keeps the old root. Options.Canary first runs
-//     each new configuration in a throwaway VM, as Envoy does (canary.go).
+//     rejected configuration keeps the old root. Each new configuration
+//     first runs in a throwaway canary VM, as in Envoy (canary.go;
+//     Options.NoCanary skips it).
 //   - Options.V8 enforces V8's allow-lists of host calls during _initialize
 //     and proxy_on_memory_allocate; WASI answers as cpp-host's stubs do
 //     (an unknown clock id is ENOTSUP).

@@ -53,7 +53,7 @@ const (
 
 // Options configures a Host. The zero value is a usable Envoy-like host:
 // virtual clock at DefaultStart, poll_oneoff=ENOSYS, headers PAUSE as
-// StopIteration, no configuration canary, no V8 allow-lists, every log
+// StopIteration, Envoy's configuration canary, no V8 allow-lists, every log
 // level kept.
 type Options struct {
 	// Start is the virtual wall-clock time at creation; zero means DefaultStart.
@@ -63,10 +63,11 @@ type Options struct {
 	// HeadersPause selects what PAUSE from a headers callback does; the
 	// zero value is HeadersStopIteration.
 	HeadersPause HeadersPause
-	// Canary runs the configuration canary Envoy runs before a new plugin
-	// configuration reaches any worker (canary.go): a throwaway VM that
-	// initializes, starts and configures one root and is destroyed.
-	Canary bool
+	// NoCanary skips the configuration canary Envoy runs before a new
+	// plugin configuration reaches any worker (canary.go): a throwaway VM
+	// that initializes, starts and configures one root and is destroyed.
+	// Envoy always runs it; skip it only to test a guest's workers alone.
+	NoCanary bool
 	// V8 selects the allow-lists of host calls during _initialize and
 	// proxy_on_memory_allocate that Envoy's V8 engine enforces; the zero
 	// value enforces none.

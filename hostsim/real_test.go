@@ -113,7 +113,7 @@ func TestRealModuleFourWorkers(t *testing.T) {
 		{name: "v8 after 533", v8: V8After533},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) { fourWorkers(t, Options{V8: tc.v8, Canary: true}) })
+		t.Run(tc.name, func(t *testing.T) { fourWorkers(t, Options{V8: tc.v8}) })
 	}
 }
 

@@ -269,11 +269,13 @@ func (m *adapterMemory) view(v *adapterView, adapter uint64, replicas []Replica,
 }
 
 // snapshotListing reports whether r's snapshot lists the adapter whose key
-// is h, and whether as waiting for a GPU slot (any tier but TierGPU).
+// is h, and whether as waiting for a GPU slot: with requests (Active) but
+// not in GPU memory. An idle adapter cached in host memory waits for
+// nothing.
 func snapshotListing(r *Replica, h uint64) (listed, waiting bool) {
 	for i := range r.Adapters {
 		if a := &r.Adapters[i]; a.key() == h {
-			return true, a.Tier != TierGPU
+			return true, a.Tier != TierGPU && a.Active
 		}
 	}
 	return false, false

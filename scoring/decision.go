@@ -75,6 +75,12 @@ type Candidate struct {
 	// Stale is true when the replica's snapshot was older than
 	// Params.StaleAfter (or missing).
 	Stale bool
+	// QueueSec is the part of WaitSec before the engine would start the
+	// request's prefill by its own admission rule, which admits a prompt
+	// that fits in free KV now (vLLM's): WaitSec with the KV wait counted
+	// only when the prompt itself does not fit, and without the adapter
+	// loads pending there (queueSec). Flow control holds a request on it.
+	QueueSec float64
 	// StartNanos is when a request sent to r at the decision's time is
 	// expected to start its prefill there, on the caller's clock, or 0
 	// when that is unknown (startNanos). Ledger.Dispatch takes it.
@@ -133,9 +139,8 @@ func (d *Decision) Chosen() (Candidate, bool) {
 // the choice: one is chosen; among several the highest rendezvous weight of
 // the prefix's home wins: its first Params.HomeBlocks blocks, or the model
 // and adapter for a prompt shorter than a block, so independent routers
-// agree on a new prefix's home (TestTieBreakRendezvous). minWait is the
-// least W of any eligible replica, for the reason.
-func (d *Decision) settle(p *Params, req *Request, replicas []Replica, cands []Candidate, limit float64, ties, tie int, minWait float64) {
+// agree on a new prefix's home (TestTieBreakRendezvous).
+func (d *Decision) settle(p *Params, req *Request, replicas []Replica, cands []Candidate, limit float64, ties, tie int) {
 	if ties == 1 {
 		d.Index = tie
 	} else if ties > 1 {
@@ -164,22 +169,41 @@ func (d *Decision) settle(p *Params, req *Request, replicas []Replica, cands []C
 		d.Index = d.Top[0].Index
 	}
 
-	ch := cands[d.Index]
-	d.promote(ch)
+	d.promote(cands[d.Index])
 	switch {
-	case d.Eligible == 1:
+	case d.Eligible == 1 || d.NumTop < 2:
 		d.Reason = ReasonOnlyReplica
 	case ties > 1:
 		d.Reason = ReasonTieBreak
-	case ch.WaitSec <= minWait:
-		d.Reason = ReasonLeastLoaded
-	case req.Adapter != "" && ch.AdapterSec == 0 && d.loadAvoided():
-		d.Reason = ReasonAdapterResident
-	case ch.CachedTokens > 0:
-		d.Reason = ReasonPrefixAffinity
 	default:
-		d.Reason = ReasonFasterHardware
+		d.Reason = decidingTerm(&d.Top[0], &d.Top[1], &replicas[d.Index].Hardware, max(req.PromptTokens, 1))
 	}
+}
+
+// decidingTerm says what made the chosen candidate c cheaper than the
+// runner-up o: the term of c's own ETTFT that favours it most. Its queue:
+// least-loaded. The adapter load it spares: adapter-resident. Its prefill,
+// split at the cost c would pay with o's cached tokens into the part its
+// cached prefix saves (prefix-affinity) and the part its hardware saves
+// (faster-hardware). When none favours c, the externality (the delay the
+// request imposes on others) chose it: least-loaded. The externality is
+// left out of the comparison because it follows the others (it grows with
+// the request's own adapter load and prefill): a choice made for a cached
+// prefix on a replica with a longer queue is prefix-affinity, not
+// least-loaded (TestDecidingTerm). n is the prompt's tokens.
+func decidingTerm(c, o *Candidate, h *Hardware, n int) Reason {
+	asCachedAsO := prefillSec(h, float64(n-min(max(o.CachedTokens, 0), n-1)))
+	reason, most := ReasonLeastLoaded, max(o.WaitSec-c.WaitSec, 0)
+	if by := o.AdapterSec - c.AdapterSec; by > most {
+		reason, most = ReasonAdapterResident, by
+	}
+	if by := asCachedAsO - c.PrefillSec; by > most {
+		reason, most = ReasonPrefixAffinity, by
+	}
+	if by := o.PrefillSec - asCachedAsO; by > most {
+		reason = ReasonFasterHardware
+	}
+	return reason
 }
 
 // promote moves the chosen candidate to Top[0].
@@ -193,15 +217,4 @@ func (d *Decision) promote(c Candidate) {
 	}
 	copy(d.Top[1:pos+1], d.Top[:pos])
 	d.Top[0] = c
-}
-
-// loadAvoided reports whether a listed candidate would have needed an
-// adapter load.
-func (d *Decision) loadAvoided() bool {
-	for i := 0; i < d.NumTop; i++ {
-		if d.Top[i].AdapterSec > 0 {
-			return true
-		}
-	}
-	return false
 }

@@ -6,16 +6,20 @@ import "strconv"
 // fmt, no allocation when b has room), for the plugin's opt-in response
 // header or log line:
 //
-//	chosen=10.0.0.1:8000 reason=prefix-affinity; 10.0.0.1:8000 w=0.360 a=0 p=0.031 k=7248; 10.0.0.2:8000 w=0 a=0 p=1.250 k=0
+//	chosen=vllm-0 reason=prefix-affinity; vllm-0 w=0.360 a=0 p=0.031 k=7248; vllm-1 w=0 a=0 p=1.250 k=0
 //
-// Costs are seconds with millisecond precision; "stale" marks an uncertain
-// snapshot. replicas must be the slice passed to Pick.
+// Replicas are named by Replica.Name (Addr when empty); costs are seconds
+// with millisecond precision; "stale" marks an uncertain snapshot. replicas
+// must be the slice passed to Pick.
 func (d *Decision) AppendExplain(b []byte, replicas []Replica) []byte {
 	addr := func(i int) string {
-		if i >= 0 && i < len(replicas) {
-			return replicas[i].Addr
+		switch {
+		case i < 0 || i >= len(replicas):
+			return "-"
+		case replicas[i].Name != "":
+			return replicas[i].Name
 		}
-		return "-"
+		return replicas[i].Addr
 	}
 	b = append(b, "chosen="...)
 	b = append(b, addr(d.Index)...)

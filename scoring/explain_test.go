@@ -13,20 +13,35 @@ import (
 
 func TestAppendExplain(t *testing.T) {
 	now := 10 * sec
-	rs := fleet("h100", 3, now)
-	rs[1].WaitingRequests = 2
-	rs[2].ScrapedNanos = 0
-	p := DefaultParams()
-	var d Decision
-	Pick(&p, &Request{PromptTokens: 1000}, rs, []int{0, 800, 0}, nil, now, &d)
-	got := string(d.AppendExplain(nil, rs))
-	want := "chosen=10.0.0.1:8000 reason=least-loaded; 10.0.0.1:8000 w=0 a=0 p=0.182 k=0; 10.0.0.2:8000 w=0.360 a=0 p=0.060 k=800; 10.0.0.3:8000 w=0.250 a=0 p=0.182 k=0 stale"
-	if got != want {
-		t.Fatalf("AppendExplain() =\n%s\nwant\n%s", got, want)
+	tests := []struct {
+		name  string
+		names []string // Replica.Name per replica
+		want  string
+	}{
+		{name: "by address", names: []string{"", "", ""},
+			want: "chosen=10.0.0.1:8000 reason=least-loaded; 10.0.0.1:8000 w=0 a=0 p=0.182 k=0; 10.0.0.2:8000 w=0.360 a=0 p=0.060 k=800; 10.0.0.3:8000 w=0.250 a=0 p=0.182 k=0 stale"},
+		{name: "by name", names: []string{"vllm-0", "vllm-1", ""},
+			want: "chosen=vllm-0 reason=least-loaded; vllm-0 w=0 a=0 p=0.182 k=0; vllm-1 w=0.360 a=0 p=0.060 k=800; 10.0.0.3:8000 w=0.250 a=0 p=0.182 k=0 stale"},
 	}
-	buf := make([]byte, 0, 512)
-	if a := testing.AllocsPerRun(50, func() { buf = d.AppendExplain(buf[:0], rs) }); a != 0 {
-		t.Fatalf("AppendExplain allocs = %v, want 0", a)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rs := fleet("h100", 3, now)
+			for i := range rs {
+				rs[i].Name = tc.names[i]
+			}
+			rs[1].WaitingRequests = 2
+			rs[2].ScrapedNanos = 0
+			p := DefaultParams()
+			var d Decision
+			Pick(&p, &Request{PromptTokens: 1000}, rs, []int{0, 800, 0}, nil, now, &d)
+			if got := string(d.AppendExplain(nil, rs)); got != tc.want {
+				t.Fatalf("AppendExplain(%q) =\n%s\nwant\n%s", tc.names, got, tc.want)
+			}
+			buf := make([]byte, 0, 512)
+			if a := testing.AllocsPerRun(50, func() { buf = d.AppendExplain(buf[:0], rs) }); a != 0 {
+				t.Fatalf("AppendExplain allocs = %v, want 0", a)
+			}
+		})
 	}
 }
 

@@ -89,6 +89,9 @@ func (s DrainState) String() string {
 // num_requests_running, kv_cache_usage_perc, lora_requests_info,
 // cache_config_info; SGLang and TGI equivalents) plus configuration.
 type Replica struct {
+	// Name is the replica's configured name, which explanations show
+	// (AppendExplain; Addr when empty).
+	Name string
 	// Addr is "ip:port", the value put in x-gateway-destination-endpoint.
 	Addr string
 	// AddrHash identifies the replica in rendezvous hashing; set it once

@@ -167,7 +167,6 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 	cachedTokens, done = cachedTokens[:len(replicas)], done[:len(replicas)]
 
 	best := math.Inf(1)
-	minWait := math.Inf(1)
 	for i := range replicas {
 		r := &replicas[i]
 		c := &cands[i]
@@ -228,7 +227,7 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		usage := r.KVUsage
 		usage = selF(!(usage <= 1), usage, 1) // NaN counts as full
 		usage = selF(usage < 0, usage, 0)
-		hold := 0.0
+		hold, startHold := 0.0, 0.0
 		if batch := accDecodeN + foreignRunning; batch > 0 {
 			b := float64(batch)
 			decodeTok := float64(accDecodeTokens) + float64(foreignRunning)*k.outMean/2
@@ -249,12 +248,17 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 			// admissionSec.
 			kvCap := float64(r.kvCapacity())
 			growth := selF(b*k.ownOut < decodeTok, decodeTok, b*k.ownOut)
-			kvNeed := usage*kvCap + float64(accUnseenTokens) + uncached + growth + k.ownOut
+			kvNow := usage*kvCap + float64(accUnseenTokens) + uncached
+			kvNeed := kvNow + growth + k.ownOut
 			kvFull := b2u(kvCap > 0) & b2u(kvNeed > kvCap)
-			hold = selF(kvFull != 0, 0, step*decodeTok/b)
+			completion := step * decodeTok / b
+			hold = selF(kvFull != 0, 0, completion)
+			startHold = selF(b2u(kvCap > 0)&b2u(kvNow > kvCap) != 0, 0, completion)
 			excess := qN + b + 1 - float64(r.MaxBatchSeqs)
 			bw := step * excess * 2 * decodeTok / (b * b)
-			hold = selF(b2u(r.MaxBatchSeqs > 0)&b2u(excess > 0)&b2u(bw > hold) != 0, hold, bw)
+			batchFull := b2u(r.MaxBatchSeqs > 0) & b2u(excess > 0)
+			hold = selF(batchFull&b2u(bw > hold) != 0, hold, bw)
+			startHold = selF(batchFull&b2u(bw > startHold) != 0, startHold, bw)
 			w += hold
 			// adapterSec's slot wait.
 			c.AdapterSec += selF(t.slotWait, 0, step*decodeTok/b*float64(t.releases))
@@ -284,6 +288,7 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		d.Stale += int(stale)
 		w += selF(stale != 0, 0, p.StalePenaltySec)
 		c.WaitSec = w
+		c.QueueSec = w - hold + startHold - pendingSec // queueSec
 
 		// externalSec.
 		if p.ExternalityWeight > 0 {
@@ -301,18 +306,16 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		cost := c.CostSec()
 		cost = selF(cost != cost, cost, math.Inf(1))
 		d.Eligible++
-		// Comparisons, not min (a runtime call on wasm). cost is never
-		// NaN; a NaN w sticks as min would make it, and ±0 compare equal
-		// where these are used.
+		// A comparison, not min (a runtime call on wasm); cost is never
+		// NaN.
 		best = selF(cost < best, best, cost)
-		minWait = selF(b2u(w < minWait)|b2u(w != w) != 0, minWait, w)
 	}
 	if d.Eligible == 0 {
 		return
 	}
 	limit := best + p.TieEpsilonSec
 	ties, tie := d.fillTop(cands, limit)
-	d.settle(p, req, replicas, cands, limit, ties, tie, minWait)
+	d.settle(p, req, replicas, cands, limit, ties, tie)
 }
 
 // onWasm selects code shapes that are faster under wazero than natively.

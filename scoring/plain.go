@@ -16,7 +16,7 @@ func pickPlain(p *Params, req *Request, replicas []Replica, cachedTokens []int, 
 func plainPass(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Ledger, nowNanos int64, d *Decision, waitForSlot bool) {
 	var k pickInputs
 	cachedTokens, done, reps := d.prepare(&k, p, req, replicas, cachedTokens, l, nowNanos, waitForSlot)
-	best, minWait := math.Inf(1), math.Inf(1)
+	best := math.Inf(1)
 	for i := range replicas {
 		r := &replicas[i]
 		c := &d.cands[i]
@@ -48,16 +48,13 @@ func plainPass(p *Params, req *Request, replicas []Replica, cachedTokens []int, 
 		if cost < best {
 			best = cost
 		}
-		if c.WaitSec < minWait || math.IsNaN(c.WaitSec) {
-			minWait = c.WaitSec
-		}
 	}
 	if d.Eligible == 0 {
 		return
 	}
 	limit := best + p.TieEpsilonSec
 	ties, tie := d.topPlain(limit)
-	d.settle(p, req, replicas, d.cands, limit, ties, tie, minWait)
+	d.settle(p, req, replicas, d.cands, limit, ties, tie)
 }
 
 // candidate returns replica r's (index i) cost terms for the pass k
@@ -72,7 +69,7 @@ func (k *pickInputs) candidate(p *Params, r *Replica, i, cached int, own *Work, 
 	q := queueOn(r, own, k.promptMean, k.outMean)
 	c.Stale = isStale(r, nowNanos, k.staleNanos)
 	var admitted bool
-	c.WaitSec, admitted = waitSec(p, r, &q, uncached, k.ownOut, k.chunk, t.pendingSec, done, c.Stale)
+	c.WaitSec, c.QueueSec, admitted = waitSec(p, r, &q, uncached, k.ownOut, k.chunk, t.pendingSec, done, c.Stale)
 	c.AdapterSec = adapterSec(h, &q, t)
 	c.StartNanos = startNanos(&r.PeerWork, &q, admitted, nowNanos)
 	if p.ExternalityWeight > 0 {

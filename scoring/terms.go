@@ -100,13 +100,13 @@ func (q *queue) completionSec(h *Hardware) float64 {
 // pressure, through remaining output tokens; never as a sequential cost,
 // which would push affinity traffic off a warm replica whose long-running
 // batch delays a prefill by milliseconds (TestWarmBatchKeepsAffinity).
-func waitSec(p *Params, r *Replica, q *queue, uncached, ownOut, chunk, pendingSec, done float64, stale bool) (w float64, admitted bool) {
+func waitSec(p *Params, r *Replica, q *queue, uncached, ownOut, chunk, pendingSec, done float64, stale bool) (w, queue float64, admitted bool) {
 	h := &r.Hardware
 	w = queuedPrefillSec(h, q) + pendingSec
-	hold := 0.0
+	hold, start := 0.0, 0.0
 	if q.batch > 0 {
 		w += interferenceSec(h, q, uncached, chunk)
-		hold = admissionSec(r, q, uncached, ownOut)
+		hold, start = admissionSec(r, q, uncached, ownOut)
 		w += hold
 	}
 	admitted = hold == 0
@@ -114,8 +114,12 @@ func waitSec(p *Params, r *Replica, q *queue, uncached, ownOut, chunk, pendingSe
 	w -= peer
 	w -= own
 	w += stalePenaltySec(p, stale)
-	return w, admitted
+	return w, queueSec(w, hold, start, pendingSec), admitted
 }
+
+// queueSec is Candidate.QueueSec: W with the engine's own admission wait
+// start in place of W's hold, and without the pending adapter loads.
+func queueSec(w, hold, start, pendingSec float64) float64 { return w - hold + start - pendingSec }
 
 // queuedPrefillSec is W's queued prefill: the prompts admitted before the
 // request, queuedN · PrefillFixedSec + queuedTokens · PrefillSecPerToken
@@ -164,7 +168,11 @@ func interferenceSec(h *Hardware, q *queue, uncached, chunk float64) float64 {
 // Batch: when r.MaxBatchSeqs is known and queue plus batch fill it, the
 // excess waits for as many completions; with remaining outputs spread
 // evenly up to twice their mean, one comes every 2 · mean / batch steps.
-func admissionSec(r *Replica, q *queue, uncached, ownOut float64) float64 {
+//
+// start is the same wait by the engine's own rule, which admits a prompt
+// that fits in free KV now: completionSec only when the unseen prompts and
+// this one do not, the batch wait as above (Candidate.QueueSec).
+func admissionSec(r *Replica, q *queue, uncached, ownOut float64) (hold, start float64) {
 	b := float64(q.batch)
 	kvCap := float64(r.kvCapacity())
 	usage := kvUsage(r)
@@ -172,17 +180,25 @@ func admissionSec(r *Replica, q *queue, uncached, ownOut float64) float64 {
 	if b*ownOut < growth {
 		growth = b * ownOut
 	}
-	kvNeed := usage*kvCap + float64(q.unseenTokens) + uncached + growth + ownOut
-	hold := 0.0
+	kvNow := usage*kvCap + float64(q.unseenTokens) + uncached
+	kvNeed := kvNow + growth + ownOut
 	if kvCap > 0 && kvNeed > kvCap {
 		hold = q.completionSec(&r.Hardware)
 	}
+	if kvCap > 0 && kvNow > kvCap {
+		start = q.completionSec(&r.Hardware)
+	}
 	excess := q.queuedN + b + 1 - float64(r.MaxBatchSeqs)
 	batchWait := q.stepSec(&r.Hardware) * excess * 2 * q.decodeTokens / (b * b)
-	if r.MaxBatchSeqs > 0 && excess > 0 && batchWait > hold {
-		hold = batchWait
+	if r.MaxBatchSeqs > 0 && excess > 0 {
+		if batchWait > hold {
+			hold = batchWait
+		}
+		if batchWait > start {
+			start = batchWait
+		}
 	}
-	return hold
+	return hold, start
 }
 
 // kvUsage is r's reported KV cache use in [0, 1]; a NaN counts as full.

@@ -17,7 +17,7 @@ const (
 	vmID              = "gpuroute"
 	rootName          = "gpuroute"
 	headerDestination = "x-gateway-destination-endpoint"
-	keyPrefixIndex    = "gpuroute/prefix-share/5"
+	keyPrefixIndex    = "gpuroute/prefix-share/6"
 	statScrapes       = "gpuroute_scrapes_total"
 	statScrapeFails   = "gpuroute_scrape_failures_total"
 	statLeaseChanges  = "gpuroute_lease_changes_total"

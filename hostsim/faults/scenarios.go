@@ -123,7 +123,7 @@ func metricsFault(fault func(n int) (hostsim.CallReply, bool)) func(o Options, r
 // reach, so r0 only turns stale. Traffic keeps flowing (20 requests a
 // second while the metrics age past stale_after_ms, then the load): r0
 // keeps answering 2xx, which is evidence it is alive, so it keeps its
-// share instead of getting the stale penalty (passive.go in the plugin).
+// share instead of getting the stale penalty (plugin/router/health.go, present).
 func runStale(o Options, res *Result) {
 	withEnv(o, res, 4, 4, `,"unhealthy_after_failures":1000,"scrape_timeout_ms":50`, func(e *env) {
 		n := o.requests()

@@ -339,6 +339,8 @@ type oracle struct {
 	cached []int
 	ledger *scoring.Ledger
 	d      scoring.Decision
+	sreq   scoring.Request
+	held   oracleFlow
 }
 
 func (p *oracle) Name() string { return "oracle" }
@@ -362,13 +364,13 @@ func (p *oracle) Start(f *Fleet) error {
 		// simulated replicas share the default unless configured.
 		p.params.PrefillChunkTokens = f.Replica(0).cfg.TokenBudget
 	}
+	p.held.start()
 	return nil
 }
 
-func (p *oracle) Advance(time.Duration) {}
-func (p *oracle) Observe(ev *Event)     {}
-
-func (p *oracle) Pick(now time.Duration, req *Request, _ int) Decision {
+// decide runs the rule on req's exact state at now, without dispatching it:
+// p.d holds the decision and sreq the request as Pick saw it.
+func (p *oracle) decide(now time.Duration, req *Request, sreq *scoring.Request) {
 	nowNanos := int64(now) + 1 // 0 would mean "never scraped"
 	for i := range p.reps {
 		p.fill(i, req, nowNanos)
@@ -376,21 +378,25 @@ func (p *oracle) Pick(now time.Duration, req *Request, _ int) Decision {
 	// Its own true output as max_tokens: Pick's estimate of how long the
 	// request runs (the KV it needs while the batch grows) is then exact,
 	// as the batch's remaining outputs are.
-	sreq := scoring.Request{PromptTokens: req.PromptTokens, Chain: req.Chain(), Model: req.Model,
+	*sreq = scoring.Request{PromptTokens: req.PromptTokens, Chain: req.Chain(), Model: req.Model,
 		Adapter: req.Adapter, MaxTokens: req.output, Stream: req.Stream}
-	scoring.Pick(&p.params, &sreq, p.reps, p.cached, p.ledger, nowNanos, &p.d)
+	scoring.Pick(&p.params, sreq, p.reps, p.cached, p.ledger, nowNanos, &p.d)
 	if p.d.Index < 0 && p.d.NoAdapterSlot > 0 {
 		// No open replica can take the adapter now: queue it where the
 		// rest of the cost is lowest; the replica loads it when a slot frees.
 		adapter := sreq.Adapter
 		sreq.Adapter = ""
-		scoring.Pick(&p.params, &sreq, p.reps, p.cached, p.ledger, nowNanos, &p.d)
+		scoring.Pick(&p.params, sreq, p.reps, p.cached, p.ledger, nowNanos, &p.d)
 		sreq.Adapter = adapter
 	}
+}
+
+// commit records p.d's choice for sreq in the ledger's history (its
+// adapter memory and dispatch rate; the work itself is exact state).
+func (p *oracle) commit(now time.Duration, sreq *scoring.Request) {
 	if i := p.d.Index; i >= 0 {
-		p.ledger.Cancel(p.ledger.Dispatch(i, &sreq, req.PromptTokens-p.cached[i], nowNanos, p.d.Top[0].StartNanos))
+		p.ledger.Cancel(p.ledger.Dispatch(i, sreq, sreq.PromptTokens-p.cached[i], int64(now)+1, p.d.Top[0].StartNanos))
 	}
-	return pickOr503(p.d.Index)
 }
 
 // fill writes replica i's exact state for req into p.reps[i] and

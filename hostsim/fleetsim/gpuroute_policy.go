@@ -31,6 +31,13 @@ const (
 	sseDone               = "data: [DONE]\n\n"
 	metricsLatency        = time.Millisecond
 	keyDecisionHeaderJSON = `"decision_header":true`
+	// flowControlJSON is the flow control a deployer of this fleet
+	// configures: the workloads' clients name their band in the priority
+	// header (critical or sheddable, else standard) and their tenant in
+	// the tenant header.
+	flowControlJSON = `"flow_control":{"tenant_header":"` + headerTenant + `","bands":[` +
+		`{"name":"` + ClassCritical + `","from_header":true},{"name":"standard"},` +
+		`{"name":"` + ClassSheddable + `","sheddable":true,"from_header":true,"hold_wait_ms":250}]}`
 	// The peer exchange between gateways: every gateway answers peerPath
 	// and asks the others through a cluster per peer.
 	peerPath          = "/gpuroute/peer"
@@ -348,6 +355,8 @@ func (p *GPURoute) buildConfig(g int) {
 		b = append(b, ',')
 		b = append(b, keyDecisionHeaderJSON...)
 	}
+	b = append(b, ',')
+	b = append(b, flowControlJSON...)
 	if p.o.Gateways > 1 && !p.o.IsolatedGateways {
 		b = append(b, `,"peer_path":"`+peerPath+`","peer_token":"`+peerToken+`","peers":[`...)
 		for peer, n := 0, 0; peer < p.o.Gateways; peer++ {

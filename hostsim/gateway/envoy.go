@@ -28,7 +28,7 @@ import (
 // streamResetReasonToResponseFlag; source/common/http/utility.cc,
 // resetReasonToString). An upstream response instead carries
 // x-envoy-upstream-service-time and code details "via_upstream". The plugin
-// tells the two apart by those (plugin/router/passive.go); the gateway sets
+// tells the two apart by those (plugin/router/health.go); the gateway sets
 // the response.code_details and upstream.address properties it reads.
 const (
 	headerUpstreamServiceTime = "x-envoy-upstream-service-time"

@@ -7,7 +7,7 @@
 //
 // It reads JSON with plugin/jsonx rather than encoding/json (reflect) or
 // github.com/buger/jsonparser (imports fmt, hence os), keeping the wasm module
-// free of both (ABI.md §1.5, STYLE.md 23). Unknown keys, duplicate
+// free of both (docs/abi.md "proxy-wasm ABI v0.2.1"). Unknown keys, duplicate
 // keys and bad values are errors that quote the offending input, so a typo
 // never silently falls back to a default. New keys are added in the key
 // switches of parseTop and parseReplica, with a row in config_test.go.
@@ -32,6 +32,7 @@ const (
 	KeyName             = "name"
 	KeyAddress          = "address"
 	KeyMetricsCluster   = "metrics_cluster"
+	KeyMetricsAddress   = "metrics_address"
 	KeyEngine           = "engine"
 	KeyHardware         = "hardware"
 	KeyState            = "state"
@@ -60,6 +61,7 @@ const (
 	KeyPrefillChunkTokens = "prefill_chunk_tokens"
 	KeyPassiveFailures    = "passive_failures"
 	KeyPassiveBackoffMs   = "passive_backoff_ms"
+	KeyRemovedDrainMs     = "removed_drain_ms"
 	KeyRole               = "role"
 )
 
@@ -126,13 +128,21 @@ const (
 	// repeated ejections, base_ejection_time × ejection count).
 	DefaultPassiveBackoffMillis = 2000
 	MaxPassiveBackoffMillis     = 30_000
+	// DefaultRemovedDrainMillis is how long the streams on a replica that
+	// a configuration change removed may go on before the plugin resets
+	// them: longer than Kubernetes' default termination grace period (30 s),
+	// so that the router does not cut what the pod would still finish; a
+	// pod that ends sooner ends its streams itself.
+	DefaultRemovedDrainMillis = 60_000
+	MaxRemovedDrainMillis     = 3_600_000
 )
 
 // State is a replica's admission state.
 type State uint8
 
 // Replica states. Draining and drained replicas get no new requests; in-flight
-// ones on a draining replica continue until its deadline (DESIGN.md §3).
+// ones on a draining replica continue until its deadline (docs/design.md
+// "Health and drains").
 const (
 	StateActive State = iota
 	StateDraining
@@ -171,6 +181,13 @@ type Replica struct {
 	// MetricsCluster is the Envoy cluster that serves the replica's /metrics
 	// (optional until scraping lands).
 	MetricsCluster string
+	// MetricsAddress, when valid, is the ip:port the scrape reaches through
+	// MetricsCluster, an ORIGINAL_DST cluster shared by every replica that
+	// reads the destination from the call's x-envoy-original-dst-host
+	// header: one cluster for a fleet that changes, instead of one per
+	// replica. MetricsAddressText is its canonical form, the header value.
+	MetricsAddress     netip.AddrPort
+	MetricsAddressText string
 	// MetricsPath is the metrics endpoint's path (default "/metrics";
 	// trtllm-serve uses "/prometheus/metrics").
 	MetricsPath string
@@ -237,6 +254,10 @@ type Config struct {
 	// each further ejection up to MaxPassiveBackoffMillis); 0 disables.
 	PassiveFailures      int
 	PassiveBackoffMillis uint32
+	// RemovedDrainMillis is how long a replica that a configuration change
+	// removed, or gave a new address, drains: its streams go on, closed to
+	// new work, and are reset when it ends (0: at the next tick).
+	RemovedDrainMillis uint32
 	// PeerExchange shares placements and in-flight work with other
 	// gateway instances (off by default).
 	PeerExchange PeerExchange
@@ -279,6 +300,7 @@ func Parse(data []byte) (*Config, error) {
 		MaxBodyBytes:           DefaultMaxBodyBytes,
 		ScrapeTimeoutMillis:    DefaultScrapeTimeoutMillis,
 		UnhealthyAfterFailures: DefaultUnhealthyAfter,
+		RemovedDrainMillis:     DefaultRemovedDrainMillis,
 		PassiveFailures:        DefaultPassiveFailures,
 		PassiveBackoffMillis:   DefaultPassiveBackoffMillis,
 		Params:                 scoring.DefaultParams(),
@@ -422,7 +444,7 @@ func parseReplica(i int, r *jsonx.Reader) (Replica, nameOverrides, error) {
 			return rep, nil, err
 		}
 		switch key {
-		case KeyName, KeyAddress, KeyMetricsCluster, KeyEngine, KeyHardware, KeyState, KeyMetricsPath:
+		case KeyName, KeyAddress, KeyMetricsCluster, KeyMetricsAddress, KeyEngine, KeyHardware, KeyState, KeyMetricsPath:
 			s, err := stringValue(field(i, key), r.Value())
 			if err != nil {
 				return rep, nil, err
@@ -478,6 +500,10 @@ func parseReplica(i int, r *jsonx.Reader) (Replica, nameOverrides, error) {
 	if !rep.Address.IsValid() {
 		return rep, nil, errors.New("config: " + field(i, KeyAddress) + " is required")
 	}
+	if rep.MetricsAddress.IsValid() && rep.MetricsCluster == "" {
+		return rep, nil, errors.New("config: " + field(i, KeyMetricsAddress) + " needs " + KeyMetricsCluster +
+			", the original-destination cluster that reaches it")
+	}
 	if rep.DrainDeadlineUnixMillis != 0 && rep.State != StateDraining {
 		return rep, nil, errors.New("config: " + field(i, KeyDrainDeadlineMs) + " is only allowed with state " +
 			strconv.Quote(StateNameDraining) + ", got state " + strconv.Quote(stateText))
@@ -494,20 +520,24 @@ func setReplicaString(r *Replica, i int, key, s string) error {
 		if err := maxLen(field(i, key), s, MaxNameBytes); err != nil {
 			return err
 		}
+		// A name goes into the decision header, log lines and stat names:
+		// a control character would end or garble them.
+		for _, c := range []byte(s) {
+			if c < 0x20 || c == 0x7f {
+				return errors.New("config: " + field(i, key) + " " + quoteString(s) + " must not contain control characters")
+			}
+		}
 		r.Name = s
-	case KeyAddress:
-		ap, err := netip.ParseAddrPort(s)
+	case KeyAddress, KeyMetricsAddress:
+		ap, err := addrPort(field(i, key), s)
 		if err != nil {
-			return errors.New("config: " + field(i, key) + " " + quoteString(s) + " is not ip:port")
+			return err
 		}
-		if ap.Port() == 0 {
-			return errors.New("config: " + field(i, key) + " " + quoteString(s) + " has port 0")
+		if key == KeyAddress {
+			r.Address, r.AddressText = ap, ap.String()
+		} else {
+			r.MetricsAddress, r.MetricsAddressText = ap, ap.String()
 		}
-		if ap.Addr().IsUnspecified() {
-			return errors.New("config: " + field(i, key) + " " + quoteString(s) + " is an unspecified address")
-		}
-		r.Address = ap
-		r.AddressText = ap.String()
 	case KeyMetricsCluster:
 		if s == "" {
 			return errors.New("config: " + field(i, key) + " must not be empty")
@@ -549,6 +579,22 @@ func setReplicaString(r *Replica, i int, key, s string) error {
 		}
 	}
 	return nil
+}
+
+// addrPort reads an ip:port that Envoy can connect to: a literal address
+// (ORIGINAL_DST resolves nothing), neither port 0 nor 0.0.0.0 or [::].
+func addrPort(name, s string) (netip.AddrPort, error) {
+	ap, err := netip.ParseAddrPort(s)
+	if err != nil {
+		return ap, errors.New("config: " + name + " " + quoteString(s) + " is not ip:port")
+	}
+	if ap.Port() == 0 {
+		return ap, errors.New("config: " + name + " " + quoteString(s) + " has port 0")
+	}
+	if ap.Addr().IsUnspecified() {
+		return ap, errors.New("config: " + name + " " + quoteString(s) + " is an unspecified address")
+	}
+	return ap, nil
 }
 
 // seenKeys rejects a key given twice in one object: JSON leaves the meaning

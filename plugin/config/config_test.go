@@ -43,6 +43,12 @@ func TestParseAccepts(t *testing.T) {
 		{name: "draining with deadline", in: `{"replicas":[{"name":"a","address":"10.0.0.1:1","state":"draining","drain_deadline_ms":1767225600000}]}`, check: func(c *Config) bool {
 			return c.Replicas[0].State == StateDraining && c.Replicas[0].DrainDeadlineUnixMillis == 1767225600000
 		}},
+		{name: "removed drain", in: `{"replicas":[{"name":"a","address":"10.0.0.1:1"}],"removed_drain_ms":0}`, check: func(c *Config) bool {
+			return c.RemovedDrainMillis == 0
+		}},
+		{name: "removed drain default", in: `{"replicas":[{"name":"a","address":"10.0.0.1:1"}]}`, check: func(c *Config) bool {
+			return c.RemovedDrainMillis == DefaultRemovedDrainMillis
+		}},
 		{name: "drained", in: `{"replicas":[{"name":"a","address":"10.0.0.1:1","state":"drained"},{"name":"b","address":"10.0.0.2:1"}]}`, check: func(c *Config) bool {
 			return c.Replicas[0].State == StateDrained && c.Replicas[1].State == StateActive
 		}},
@@ -72,6 +78,15 @@ func TestParseAccepts(t *testing.T) {
 		}},
 		{name: "worker role", in: `{"replicas":[{"name":"a","address":"10.0.0.1:1"}],"role":"worker"}`, check: func(c *Config) bool {
 			return !c.Scraper
+		}},
+		{name: "metrics address through a shared cluster", in: `{"replicas":[{"name":"a","address":"10.0.0.1:8000","metrics_cluster":"gpuroute_metrics","metrics_address":"10.0.0.1:9090"},` +
+			`{"name":"b","address":"[2001:DB8::2]:8000","metrics_cluster":"gpuroute_metrics","metrics_address":"[2001:DB8::2]:8000"}]}`, check: func(c *Config) bool {
+			a, b := c.Replicas[0], c.Replicas[1]
+			return a.MetricsAddress == netip.MustParseAddrPort("10.0.0.1:9090") && a.MetricsAddressText == "10.0.0.1:9090" &&
+				b.MetricsAddressText == "[2001:db8::2]:8000" && a.MetricsCluster == b.MetricsCluster
+		}},
+		{name: "no metrics address", in: `{"replicas":[{"name":"a","address":"10.0.0.1:1","metrics_cluster":"a-metrics"}]}`, check: func(c *Config) bool {
+			return !c.Replicas[0].MetricsAddress.IsValid() && c.Replicas[0].MetricsAddressText == ""
 		}},
 		{name: "engines", in: `{"replicas":[{"name":"a","address":"10.0.0.1:1","engine":"sglang"},{"name":"b","address":"10.0.0.1:2","engine":"tgi"},{"name":"c","address":"10.0.0.1:3","engine":"triton"}]}`, check: func(c *Config) bool {
 			return c.Replicas[2].Engine == metrics.EngineTriton
@@ -106,6 +121,18 @@ func TestParseRejects(t *testing.T) {
 			want: `config: replicas[0].address "10.0.0.1:0" has port 0`},
 		{name: "unspecified", in: `{"replicas":[{"name":"a","address":"0.0.0.0:80"}]}`,
 			want: `config: replicas[0].address "0.0.0.0:80" is an unspecified address`},
+		{name: "control character in name", in: `{"replicas":[{"name":"a\nb","address":"10.0.0.1:1"}]}`,
+			want: `config: replicas[0].name "a\nb" must not contain control characters`},
+		{name: "removed drain bound", in: `{"replicas":[` + r(``) + `],"removed_drain_ms":3600001}`,
+			want: `config: removed_drain_ms must be in [0, 3600000], got 3600001`},
+		{name: "metrics address without cluster", in: `{"replicas":[` + r(`,"metrics_address":"10.0.0.9:9090"`) + `]}`,
+			want: `config: replicas[0].metrics_address needs metrics_cluster, the original-destination cluster that reaches it`},
+		{name: "metrics address hostname", in: `{"replicas":[` + r(`,"metrics_cluster":"m","metrics_address":"vllm-0:9090"`) + `]}`,
+			want: `config: replicas[0].metrics_address "vllm-0:9090" is not ip:port`},
+		{name: "metrics address port zero", in: `{"replicas":[` + r(`,"metrics_cluster":"m","metrics_address":"10.0.0.9:0"`) + `]}`,
+			want: `config: replicas[0].metrics_address "10.0.0.9:0" has port 0`},
+		{name: "metrics address unspecified", in: `{"replicas":[` + r(`,"metrics_cluster":"m","metrics_address":"[::]:9090"`) + `]}`,
+			want: `config: replicas[0].metrics_address "[::]:9090" is an unspecified address`},
 		{name: "duplicate name", in: three + `{"name":"a","address":"10.0.0.3:1"}]}`,
 			want: `config: replicas[2].name "a" duplicates replicas[0].name`},
 		{name: "empty list", in: `{"replicas":[]}`, want: `config: replicas must list at least one replica`},
@@ -291,6 +318,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(`{`))
 	f.Add([]byte(`{"replicas":[{"name":"a","address":"10.0.0.1:1","metric_names":{"waiting":"trtllm:w","kv_usage":{"metric":"m","label":"l","value":"v"},"lora_info":null},"engine":"triton"}],"metric_names":{"running":null}}`))
 	f.Add([]byte(`{"replicas":[{"name":"a","address":"10.0.0.1:1"}],"peer_path":"/p","peer_token":"0123456789abcdef","peers":[{"name":"b","cluster":"c"},{"name":"b"}]}`))
+	f.Add([]byte(`{"replicas":[{"name":"a","address":"10.0.0.1:1","metrics_cluster":"m","metrics_address":"10.0.0.1:9"},{"name":"b","address":"10.0.0.2:1","metrics_address":"10.0.0.2:9"}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, err := Parse(data)
 		if err != nil {
@@ -317,6 +345,12 @@ func FuzzParse(f *testing.F) {
 			back, err := netip.ParseAddrPort(r.AddressText)
 			if err != nil || back != r.Address || r.Address.Port() == 0 {
 				t.Fatalf("replica %d address %q does not round trip: %v", i, r.AddressText, err)
+			}
+			if r.MetricsAddress.IsValid() {
+				back, err := netip.ParseAddrPort(r.MetricsAddressText)
+				if err != nil || back != r.MetricsAddress || r.MetricsCluster == "" {
+					t.Fatalf("replica %d metrics_address %q does not round trip or lacks a cluster: %v", i, r.MetricsAddressText, err)
+				}
 			}
 			if _, err := metrics.NewParser(r.Engine, r.MetricNames); err != nil {
 				t.Fatalf("replica %d names %+v make no parser: %v", i, r.MetricNames, err)

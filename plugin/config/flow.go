@@ -29,7 +29,7 @@ const (
 const (
 	// DefaultHoldWaitMillis holds a request when even its best replica's
 	// expected wait before its prefill starts is longer than this.
-	DefaultHoldWaitMillis = 1000
+	DefaultHoldWaitMillis = 3000
 	// DefaultMaxQueueMillis is how long a request may be held before it
 	// gets a 429 (Envoy's stream idle timeout, 5 minutes by default, and
 	// the client's timeout must be longer).
@@ -82,6 +82,10 @@ type Band struct {
 	// FromHeader lets a client choose this band with PriorityHeader; a
 	// request never gets a band the configuration does not let it ask for.
 	FromHeader bool
+	// HoldWaitSec is the band's own hold_wait_ms (0: the flow control's):
+	// a lower band with a shorter one leaves the replicas' queues short
+	// for the bands above it.
+	HoldWaitSec float64
 }
 
 // QueueConfig returns the held-request queue configuration of f.
@@ -111,9 +115,13 @@ func defaultFlowControl() FlowControl {
 		HoldWaitSec:    DefaultHoldWaitMillis / 1000.0,
 		MaxHeld:        DefaultMaxHeld,
 		PriorityHeader: DefaultPriorityHeader,
-		Bands:          []Band{{Name: DefaultBandName, MaxQueueSec: DefaultMaxQueueMillis / 1000.0}},
+		Bands:          []Band{{Name: DefaultBandName, MaxQueueSec: DefaultMaxQueueMillis / 1000.0, HoldWaitSec: DefaultHoldWaitMillis / 1000.0}},
 	}
 }
+
+// defaultBands is the band list of a "flow_control" without "bands": its
+// max_queue_ms applies to it like to a listed band without its own.
+func defaultBands() []Band { return []Band{{Name: DefaultBandName}} }
 
 // parseFlowControl reads the "flow_control" object.
 func parseFlowControl(cfg *Config, r *jsonx.Reader) error {
@@ -180,12 +188,16 @@ func parseFlowControl(cfg *Config, r *jsonx.Reader) error {
 	if err := malformed(r); err != nil {
 		return err
 	}
-	if bands != nil {
-		f.Bands = bands
+	f.Bands = bands
+	if f.Bands == nil {
+		f.Bands = defaultBands()
 	}
 	for i := range f.Bands {
 		if f.Bands[i].MaxQueueSec == 0 {
 			f.Bands[i].MaxQueueSec = maxQueue
+		}
+		if f.Bands[i].HoldWaitSec == 0 {
+			f.Bands[i].HoldWaitSec = f.HoldWaitSec
 		}
 		if f.Bands[i].MaxHeld > f.MaxHeld {
 			return errors.New("config: " + KeyFlowControl + ".bands[" + strconv.Itoa(i) + "]." + KeyMaxHeld + " " +
@@ -271,6 +283,9 @@ func parseBands(r *jsonx.Reader) ([]Band, error) {
 			case KeyMaxQueueMs:
 				n, err = boundedInt(at+"."+key, v, 1, 3_600_000)
 				b.MaxQueueSec = float64(n) / 1000
+			case KeyHoldWaitMs:
+				n, err = boundedInt(at+"."+key, v, 1, 3_600_000)
+				b.HoldWaitSec = float64(n) / 1000
 			case KeyBandSheddable, KeyBandFromHeader:
 				if v.Kind != jsonx.Bool {
 					return nil, errors.New("config: " + at + "." + key + " must be true or false, got " + v.Kind.String() + " " + shown(v))

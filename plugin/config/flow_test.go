@@ -13,7 +13,7 @@ func TestFlowControlDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := cfg.Flow
-	if !f.Enabled || f.HoldWaitSec != 1 || len(f.Bands) != 1 || f.Bands[0].Name != DefaultBandName ||
+	if !f.Enabled || f.HoldWaitSec != DefaultHoldWaitMillis/1000.0 || len(f.Bands) != 1 || f.Bands[0].Name != DefaultBandName ||
 		f.Bands[0].MaxQueueSec != 30 || f.MaxHeld != DefaultMaxHeld || f.PriorityHeader != DefaultPriorityHeader || f.TenantHeader != "" {
 		t.Fatalf("default flow control = %+v, want on, 1 s, one band %q of 30 s, %d held, no tenant header", f, DefaultBandName, DefaultMaxHeld)
 	}
@@ -22,7 +22,7 @@ func TestFlowControlDefaults(t *testing.T) {
 func TestFlowControlBands(t *testing.T) {
 	cfg, err := Parse([]byte(`{` + oneReplica + `,"flow_control":{"hold_wait_ms":500,"max_queue_ms":20000,
 		"tenant_header":"x-tenant","bands":[{"name":"critical","max_held":50,"max_queue_ms":60000,"from_header":true},
-		{"name":"standard"},{"name":"sheddable","sheddable":true,"from_header":true}],
+		{"name":"standard"},{"name":"sheddable","sheddable":true,"from_header":true,"hold_wait_ms":200}],
 		"model_bands":{"sql-lora":"critical"}}}`))
 	if err != nil {
 		t.Fatal(err)
@@ -31,8 +31,8 @@ func TestFlowControlBands(t *testing.T) {
 	if f.HoldWaitSec != 0.5 || f.TenantHeader != "x-tenant" || f.DefaultBand != 1 || f.ModelBands["sql-lora"] != 0 {
 		t.Fatalf("flow control = %+v", f)
 	}
-	want := []Band{{Name: "critical", MaxHeld: 50, MaxQueueSec: 60, FromHeader: true}, {Name: "standard", MaxQueueSec: 20},
-		{Name: "sheddable", MaxQueueSec: 20, Sheddable: true, FromHeader: true}}
+	want := []Band{{Name: "critical", MaxHeld: 50, MaxQueueSec: 60, FromHeader: true, HoldWaitSec: 0.5}, {Name: "standard", MaxQueueSec: 20, HoldWaitSec: 0.5},
+		{Name: "sheddable", MaxQueueSec: 20, Sheddable: true, FromHeader: true, HoldWaitSec: 0.2}}
 	for i := range want {
 		if f.Bands[i] != want[i] {
 			t.Fatalf("bands[%d] = %+v, want %+v", i, f.Bands[i], want[i])

@@ -9,7 +9,8 @@ import (
 
 // Keys of the gateway peer exchange: several Envoy instances in front of the
 // same fleet share their prefix placements and in-flight work, so affinity
-// holds across instances (DESIGN.md §3 shares state only within one Envoy).
+// holds across instances (shared data ends at the Envoy process:
+// docs/design.md "Shared state").
 const (
 	KeyPeers       = "peers"
 	KeyPeerPath    = "peer_path"

@@ -76,6 +76,9 @@ func parseRouting(cfg *Config, key string, r *jsonx.Reader) error {
 	case KeyPassiveBackoffMs:
 		n, err = boundedInt(key, v, 1, MaxPassiveBackoffMillis)
 		cfg.PassiveBackoffMillis = uint32(n)
+	case KeyRemovedDrainMs:
+		n, err = boundedInt(key, v, 0, MaxRemovedDrainMillis)
+		cfg.RemovedDrainMillis = uint32(n)
 	case KeyPrefillChunkTokens:
 		n, err = boundedInt(key, v, 1, 1<<24)
 		p.PrefillChunkTokens = int(n)

@@ -1,9 +1,10 @@
-// Package jsonx is the plugin's JSON reader: one forward pass, no allocation,
-// no recursion, nesting bounded by MaxDepth, built on errors, strconv,
-// math/bits and unicode/utf8 only. It exists because the wasm module must not
-// link fmt, os, time or reflect: encoding/json and github.com/buger/jsonparser
-// import them, and a wasip1 module that links os may initialise netpoll and
-// die with "poll_oneoff failed" inside Envoy (ABI.md §1.5, golang/go#78513).
+// Package jsonx is the plugin's JSON reader: one forward pass, no
+// allocation, nesting (and the recursion of skipping a container) bounded by
+// MaxDepth, built on errors, strconv, math/bits and unicode/utf8 only. It
+// exists because the wasm module must not link fmt, os, time or reflect:
+// encoding/json and github.com/buger/jsonparser import them, and a wasip1
+// module that links os may initialise netpoll and die with "poll_oneoff
+// failed" inside Envoy (docs/abi.md, "Envoy behaviour"; golang/go#78513).
 //
 //	var r jsonx.Reader
 //	r.Reset(body)

@@ -319,3 +319,109 @@ func FuzzDecodeString(f *testing.F) {
 		}
 	})
 }
+
+// FuzzSkipValue holds SkipValue to the Reader: inside the same number of
+// open containers, it accepts a value exactly when the Reader's Value does,
+// and ends where the Reader does.
+func FuzzSkipValue(f *testing.F) {
+	for _, s := range []string{`"a\"b"`, `{"a":[1,-2.5e3,true,false,null,{}]}`, `[1,]`, `{"a" 1}`, `{"a":"b\q"}`,
+		`01`, `-`, `nul`, `tru`, `[[[[` + strings.Repeat("[", 60) + `]]]]` + strings.Repeat("]", 60), `{"k":"v"` + "\x01" + `}`, `{"a":1}x`} {
+		f.Add([]byte(s), uint8(0))
+		f.Add([]byte(s), uint8(3))
+	}
+	f.Add([]byte(`[]`), uint8(MaxDepth-1))
+	f.Add([]byte(`[]`), uint8(MaxDepth))
+	f.Add([]byte(`7`), uint8(MaxDepth))
+	f.Fuzz(func(t *testing.T, d []byte, depth uint8) {
+		open := int(depth) % (MaxDepth + 1)
+		got := SkipValue(d, 0, open)
+		if len(d) > 0 && isSpace(d[0]) {
+			if got != -1 {
+				t.Fatalf("SkipValue(%q) = %d, want -1 (leading space)", d, got)
+			}
+			return
+		}
+		var r Reader
+		r.Reset(append(bytes.Repeat([]byte("["), open), d...))
+		for range open {
+			r.Array()
+			r.Elem()
+		}
+		want := -1
+		if v := r.Value(); v.Kind != None && r.Err() == nil {
+			want = r.Offset() - open
+		}
+		if got != want {
+			t.Fatalf("SkipValue(%q, depth %d) = %d, want %d (Reader: %v)", d, open, got, want, r.Err())
+		}
+	})
+}
+
+// boundary is an offset where a cut leaves a reliable head: after an
+// opening bracket or a complete value (a number only when more follows);
+// or, with str set, the start of a string value's contents, whose head a
+// cut inside it leaves as stringCut decides.
+type boundary struct {
+	at          int
+	number, str bool
+	end         int // str: the contents' end
+}
+
+// boundaries walks the value due next in r, a whole document, and appends
+// where a cut inside it leaves a reliable head.
+func boundaries(r *Reader, b []boundary) []boundary {
+	switch r.Kind() {
+	case Object, Array:
+		obj := r.Kind() == Object
+		if obj {
+			r.Object()
+		} else {
+			r.Array()
+		}
+		b = append(b, boundary{at: r.Offset()})
+		for obj && r.Member() || !obj && r.Elem() {
+			b = boundaries(r, b)
+		}
+		return append(b, boundary{at: r.Offset()})
+	case String:
+		v := r.Value()
+		b = append(b, boundary{at: v.Off + 1, str: true, end: v.Off + 1 + len(v.Raw)})
+		return append(b, boundary{at: r.Offset()})
+	}
+	v := r.Value()
+	return append(b, boundary{at: r.Offset(), number: v.Kind == Number})
+}
+
+// FuzzSkipHead holds the head Value reports for a container a cut falls in
+// to the whole document's boundaries: it ends at the last one the cut keeps.
+func FuzzSkipHead(f *testing.F) {
+	for _, s := range []string{`[1,22,true,"ab\u00e9\ud83d\ude00c",{"k":[null,-3.5e2]},[]]`, `{"a":{"b":"x\ny"},"c":[1 , 2 ]}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, d []byte) {
+		var r Reader
+		r.Reset(d)
+		if k := r.Kind(); k != Object && k != Array || !Valid(d) {
+			return
+		}
+		start := r.Offset()
+		bs := boundaries(&r, nil)
+		for n := start + 1; n < bs[len(bs)-1].at; n++ {
+			want := start
+			for _, b := range bs {
+				switch {
+				case b.str && b.at < n && n <= b.end:
+					if c := stringCut(d[b.at:n]); c > 0 {
+						want = max(want, b.at+c)
+					}
+				case !b.str && b.at <= n && (!b.number || b.at < n):
+					want = max(want, b.at)
+				}
+			}
+			r.ResetPrefix(d[:n])
+			if v := r.Value(); !v.Partial || v.Off != start || v.Off+len(v.Raw) != want {
+				t.Fatalf("Value(prefix %q) = %q (partial %v), want the head %q", d[:n], v.Raw, v.Partial, d[start:want])
+			}
+		}
+	})
+}

@@ -3,9 +3,10 @@ package jsonx
 import "strconv"
 
 // MaxDepth is the deepest nesting of arrays and objects a document may have.
-// The Reader keeps one bit per level in a uint64, so nesting costs no stack;
-// the bound stops a hostile body from making the plugin do unbounded work per
-// byte, and is far beyond the 4 levels an OpenAI request uses.
+// The Reader keeps one bit per level in a uint64, and skipping a container
+// recurses at most this deep; the bound stops a hostile body from making the
+// plugin do unbounded work per byte or use unbounded stack, and is far
+// beyond the 4 levels an OpenAI request uses.
 const MaxDepth = 64
 
 // maxKeyBytes is the Reader's buffer for decoded keys that contain escapes.
@@ -254,17 +255,33 @@ func (r *Reader) eof() {
 	r.fail(UnexpectedEnd, len(r.data), whatEnd)
 }
 
-func (r *Reader) stringFail(st uint8, off int) {
+// failWith records the failure that what names at offset off: the end of
+// the input (a cut in prefix mode), nesting too deep, an unexpected
+// character, or another syntax error.
+func (r *Reader) failWith(what string, off int) {
+	switch what {
+	case whatEnd:
+		r.eof()
+	case whatDeep:
+		r.fail(TooDeep, off, what)
+	case whatChar:
+		r.failChar(off)
+	default:
+		r.fail(BadSyntax, off, what)
+	}
+}
+
+// stringWhat names the failure of a string scan that ended with status st.
+func stringWhat(st uint8) string {
 	switch st {
 	case sEOF:
-		r.eof()
+		return whatEnd
 	case sEscape:
-		r.fail(BadSyntax, off, whatEscape)
+		return whatEscape
 	case sUEscape:
-		r.fail(BadSyntax, off, whatUEscape)
-	default:
-		r.fail(BadSyntax, off, whatControl)
+		return whatUEscape
 	}
+	return whatControl
 }
 
 // done moves past a value that ended at end.
@@ -291,7 +308,7 @@ func (r *Reader) Kind() Kind {
 	if r.bad() || r.state != stValue {
 		return None
 	}
-	i := skipSpace(r.data, r.pos)
+	i := SkipSpace(r.data, r.pos)
 	r.pos = i
 	if i >= len(r.data) {
 		return None
@@ -315,7 +332,7 @@ func (r *Reader) opening(open byte, what string) (int, bool) {
 		return 0, false
 	}
 	d := r.data
-	i := skipSpace(d, r.pos)
+	i := SkipSpace(d, r.pos)
 	if i >= len(d) {
 		r.eof()
 		return 0, false
@@ -360,7 +377,7 @@ func (r *Reader) next(objectBit uint64, what string) (int, bool) {
 		r.fail(WrongKind, r.pos, what)
 		return 0, false
 	}
-	i := skipSpace(r.data, r.pos)
+	i := SkipSpace(r.data, r.pos)
 	if i >= len(r.data) {
 		r.eof()
 		return 0, false
@@ -388,7 +405,7 @@ func (r *Reader) Member() bool {
 			r.fail(BadSyntax, i, whatObjectSep)
 			return false
 		}
-		if i = skipSpace(d, i+1); i >= len(d) {
+		if i = SkipSpace(d, i+1); i >= len(d) {
 			r.eof()
 			return false
 		}
@@ -402,7 +419,7 @@ func (r *Reader) Member() bool {
 	if q := shortEnd(d, i+1); q >= 0 {
 		end = q + 1
 	} else if end, esc, st = scanString(d, i+1, nil); st != sOK {
-		r.stringFail(st, end)
+		r.failWith(stringWhat(st), end)
 		return false
 	}
 	r.key, r.keyLen = d[i+1:end-1], -1
@@ -413,7 +430,7 @@ func (r *Reader) Member() bool {
 			r.keyLen = len(k)
 		}
 	}
-	if i = skipSpace(d, end); i >= len(d) {
+	if i = SkipSpace(d, end); i >= len(d) {
 		r.eof()
 		return false
 	}
@@ -421,7 +438,7 @@ func (r *Reader) Member() bool {
 		r.fail(BadSyntax, i, whatColon)
 		return false
 	}
-	if i = skipSpace(d, i+1); i >= len(d) {
+	if i = SkipSpace(d, i+1); i >= len(d) {
 		r.eof()
 		return false
 	}
@@ -441,7 +458,7 @@ func (r *Reader) Elem() bool {
 	if r.state == stNext {
 		switch d[i] {
 		case ',':
-			if i = skipSpace(d, i+1); i >= len(d) {
+			if i = SkipSpace(d, i+1); i >= len(d) {
 				r.eof()
 				return false
 			}
@@ -480,271 +497,6 @@ func (r *Reader) Unwind(depth int) {
 	}
 }
 
-// SkipTo passes over the value due next, which the caller has read and
-// validated itself by the Reader's rules and which ends at end (a fast path
-// for a known shape, such as openai's chat messages, held to the Reader by
-// fuzzing). Within an array the "value" may be a run of elements with their
-// separating commas: the Reader counts none. It reports false, and does
-// nothing, when no value is due or end is not past the read position and
-// within the input. The value is not recorded on a tape.
-func (r *Reader) SkipTo(end int) bool {
-	if r.bad() || r.state != stValue || end <= r.pos || end > len(r.data) {
-		return false
-	}
-	r.done(end)
-	return true
-}
-
-// Skip validates and passes over the value due next.
-func (r *Reader) Skip() { r.Value() }
-
-// Value consumes the value due next, validating all of it, and returns it.
-// It returns a zero Value (Kind None) when no value is due, on failure, and
-// in prefix mode when the input ends before the value has a reliable head
-// (an empty string head, a number or literal that may continue).
-func (r *Reader) Value() Value {
-	if r.bad() || r.state != stValue {
-		return Value{}
-	}
-	d := r.data
-	i := skipSpace(d, r.pos)
-	if i >= len(d) {
-		r.eof()
-		return Value{}
-	}
-	switch k := kindOf[d[i]]; k {
-	case String:
-		if r.replay != nil {
-			if e, ok := r.replay.find(i + 1); ok {
-				end, esc := r.replay.end(e)
-				if end < len(d) && d[end] == '"' {
-					r.done(end + 1)
-					return Value{Kind: String, Raw: d[i+1 : end], Off: i, Escaped: esc}
-				}
-			}
-		}
-		// A short plain string is never on a tape (see Tape.close).
-		if q := shortEnd(d, i+1); q >= 0 {
-			r.done(q + 1)
-			return Value{Kind: String, Raw: d[i+1 : q], Off: i}
-		}
-		end, esc, st := scanString(d, i+1, r.tape)
-		if st == sOK {
-			r.done(end)
-			return Value{Kind: String, Raw: d[i+1 : end-1], Off: i, Escaped: esc}
-		}
-		r.stringFail(st, end)
-		if st == sEOF && r.prefix {
-			if n := stringCut(d[i+1:]); n > 0 {
-				return Value{Kind: String, Raw: d[i+1 : i+1+n], Off: i, Escaped: esc, Partial: true}
-			}
-		}
-		return Value{}
-	case Object, Array:
-		end, cut := r.skipNested(i)
-		if end >= 0 {
-			r.done(end)
-			return Value{Kind: k, Raw: d[i:end], Off: i}
-		}
-		if r.cut {
-			return Value{Kind: k, Raw: d[i:cut], Off: i, Partial: true}
-		}
-		return Value{}
-	case Number:
-		end, ok := scanNumber(d, i)
-		if !ok {
-			if end >= len(d) {
-				r.eof()
-			} else {
-				r.fail(BadSyntax, i, whatNumber)
-			}
-			return Value{}
-		}
-		if end >= len(d) && r.prefix {
-			r.eof() // the number may continue
-			return Value{}
-		}
-		r.done(end)
-		return Value{Kind: Number, Raw: d[i:end], Off: i}
-	case Bool, Null:
-		word := "null"
-		switch d[i] {
-		case 't':
-			word = "true"
-		case 'f':
-			word = "false"
-		}
-		end, ok, eof := scanLiteral(d, i, word)
-		if !ok {
-			if eof {
-				r.eof()
-			} else {
-				r.fail(BadSyntax, i, whatLiteral)
-			}
-			return Value{}
-		}
-		if end >= len(d) && r.prefix {
-			r.eof() // dropped like a number, so a cut never changes a value
-			return Value{}
-		}
-		r.done(end)
-		return Value{Kind: k, Raw: d[i:end], Off: i}
-	}
-	r.failChar(i)
-	return Value{}
-}
-
-// skipNested validates the container starting at d[i] ('{' or '['). It
-// returns the offset after it, or -1 on failure; in prefix mode, when the
-// input ends inside, cut is the end of the container's reliable head.
-func (r *Reader) skipNested(i int) (end, cut int) {
-	d := r.data
-	n := len(d)
-	var objs uint64 // bit 0 = innermost level here; 1 = object
-	lvl := 0
-	safe := i // end of the last complete value or opening bracket
-	var st uint8
-open: // d[i] is '{' or '['
-	if r.depth+lvl >= MaxDepth {
-		r.fail(TooDeep, i, whatDeep)
-		return -1, 0
-	}
-	lvl++
-	objs <<= 1
-	if d[i] == '{' {
-		objs |= 1
-	}
-	i++
-	safe = i
-	if i = skipSpace(d, i); i >= n {
-		goto eof
-	}
-	if objs&1 == 1 {
-		if d[i] == '}' {
-			i++
-			goto closed
-		}
-		goto key
-	}
-	if d[i] == ']' {
-		i++
-		goto closed
-	}
-	goto value
-key:
-	if d[i] != '"' {
-		r.fail(BadSyntax, i, whatKey)
-		return -1, 0
-	}
-	if i, _, st = scanString(d, i+1, nil); st != sOK {
-		if st == sEOF {
-			goto eof
-		}
-		r.stringFail(st, i)
-		return -1, 0
-	}
-	if i = skipSpace(d, i); i >= n {
-		goto eof
-	}
-	if d[i] != ':' {
-		r.fail(BadSyntax, i, whatColon)
-		return -1, 0
-	}
-	if i = skipSpace(d, i+1); i >= n {
-		goto eof
-	}
-value:
-	switch d[i] {
-	case '{', '[':
-		goto open
-	case '"':
-		j := i + 1
-		if i, _, st = scanString(d, j, r.tape); st != sOK {
-			if st == sEOF {
-				if c := stringCut(d[j:]); c > 0 {
-					safe = j + c // a cut string value ends the head mid-string
-				}
-				goto eof
-			}
-			r.stringFail(st, i)
-			return -1, 0
-		}
-	case 't', 'f', 'n':
-		word := "null"
-		switch d[i] {
-		case 't':
-			word = "true"
-		case 'f':
-			word = "false"
-		}
-		j, ok, short := scanLiteral(d, i, word)
-		if !ok {
-			if short {
-				goto eof
-			}
-			r.fail(BadSyntax, i, whatLiteral)
-			return -1, 0
-		}
-		i = j
-	default:
-		if kindOf[d[i]] != Number {
-			r.failChar(i)
-			return -1, 0
-		}
-		j, ok := scanNumber(d, i)
-		if !ok || j >= n {
-			if j >= n {
-				goto eof
-			}
-			r.fail(BadSyntax, i, whatNumber)
-			return -1, 0
-		}
-		i = j
-	}
-	safe = i
-	goto after
-closed: // i is just past a closer
-	lvl--
-	objs >>= 1
-	safe = i
-	if lvl == 0 {
-		return i, 0
-	}
-after:
-	if i = skipSpace(d, i); i >= n {
-		goto eof
-	}
-	if objs&1 == 1 {
-		switch d[i] {
-		case ',':
-			if i = skipSpace(d, i+1); i >= n {
-				goto eof
-			}
-			goto key
-		case '}':
-			i++
-			goto closed
-		}
-		r.fail(BadSyntax, i, whatObjectSep)
-		return -1, 0
-	}
-	switch d[i] {
-	case ',':
-		if i = skipSpace(d, i+1); i >= n {
-			goto eof
-		}
-		goto value
-	case ']':
-		i++
-		goto closed
-	}
-	r.fail(BadSyntax, i, whatArraySep)
-	return -1, 0
-eof:
-	r.eof()
-	return -1, safe
-}
-
 // End finishes the document: it passes over whatever the caller left unread
 // (validating it), checks that only whitespace follows the top-level value,
 // and returns Err. In prefix mode a cut is not an error.
@@ -769,16 +521,7 @@ func (r *Reader) finish() {
 	if r.bad() {
 		return
 	}
-	if i := skipSpace(r.data, r.pos); i < len(r.data) {
+	if i := SkipSpace(r.data, r.pos); i < len(r.data) {
 		r.fail(BadSyntax, i, whatTrailing)
 	}
-}
-
-// Valid reports whether data is one JSON document (with optional
-// surrounding whitespace), by the rules in the package doc.
-func Valid(data []byte) bool {
-	var r Reader
-	r.Reset(data)
-	r.finish()
-	return r.err.Code == 0
 }

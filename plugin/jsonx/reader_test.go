@@ -500,3 +500,31 @@ func TestSpecial(t *testing.T) {
 		}
 	}
 }
+
+// TestPrefixHeads: the reliable head of a container the input cuts, as
+// Value reports it in prefix mode.
+func TestPrefixHeads(t *testing.T) {
+	tests := []struct {
+		name, in, want string
+	}{
+		{name: "after a literal", in: `[1,true`, want: `[1,true`},
+		{name: "in a literal", in: `[1,tr`, want: `[1`},
+		{name: "in a number", in: `[1,22`, want: `[1`},
+		{name: "after a number and space", in: `[1,22 `, want: `[1,22`},
+		{name: "in a key", in: `{"a":1,"b`, want: `{"a":1`},
+		{name: "after a colon", in: `{"a":1,"b":`, want: `{"a":1`},
+		{name: "in a string value", in: `{"a":"xy`, want: `{"a":"xy`},
+		{name: "in an escape", in: `{"a":"xy\u00`, want: `{"a":"xy`},
+		{name: "in a nested container", in: `[1,[2,{"c":[3`, want: `[1,[2,{"c":[`},
+		{name: "just opened", in: `[[`, want: `[[`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var r Reader
+			r.ResetPrefix([]byte(tt.in))
+			if v := r.Value(); string(v.Raw) != tt.want || !v.Partial || !r.Truncated() {
+				t.Errorf("Value(prefix %q) = %q, partial %v, truncated %v; want %q, partial", tt.in, v.Raw, v.Partial, r.Truncated(), tt.want)
+			}
+		})
+	}
+}

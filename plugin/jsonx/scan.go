@@ -20,8 +20,8 @@ const (
 // the other is "x^'\\' has a zero lane". Each test clears lanes whose high
 // bit was set (bytes >= 0x80 wrap past 0x21); XOR with a constant below 0x80
 // keeps a lane's high bit, so both can clear with x itself, once: 7 ALU
-// operations per 8 bytes instead of 9 (wasm has no and-not), which took
-// ~10% off decodeRun under wazero.
+// operations per 8 bytes instead of 9 (wasm has no and-not; TestSpecial
+// holds the contract).
 func special(x uint64) uint64 {
 	y := x ^ (lsb * 0x02)
 	s := x ^ (lsb * '\\')
@@ -31,10 +31,8 @@ func special(x uint64) uint64 {
 // nextSpecial returns the offset of the first '"', '\\' or control byte in
 // d at or after i, or len(d).
 func nextSpecial(d []byte, i int) int {
-	// Four words per iteration, one branch: on wasm every loop back-edge
-	// goes through the function's block dispatch (Go's wasm backend turns
-	// jumps into a br_table on the resume PC), so fewer, longer iterations
-	// pay more there than natively, where two words measured best.
+	// Four words per iteration, one branch: fewer, longer iterations
+	// (docs/performance.md, "Go on wasm").
 	for i+32 <= len(d) {
 		w := d[i : i+32 : i+32]
 		m0 := special(le.Uint64(w, 0)) & msb
@@ -81,13 +79,6 @@ func nextSpecial(d []byte, i int) int {
 
 // isSpace is RFC 8259's insignificant whitespace.
 func isSpace(c byte) bool { return c == ' ' || c == '\n' || c == '\r' || c == '\t' }
-
-func skipSpace(d []byte, i int) int {
-	for i < len(d) && d[i] <= ' ' && isSpace(d[i]) {
-		i++
-	}
-	return i
-}
 
 // String scan outcomes.
 const (
@@ -165,10 +156,10 @@ func scanString(d []byte, i int, t *Tape) (end int, escaped bool, st uint8) {
 // contents starting at d[i], just after the opening quote, and returns the
 // offset of the closing quote and whether the string holds an escape; end
 // is -1 when the contents are invalid or d ends first. It is for callers
-// that read a known shape by offsets (openai's SSE fast path). Unlike
+// that read a known shape by offsets (openai's fast paths). Unlike
 // scanString it keeps no tape and reports no error detail, and it tests
-// 8 bytes at a time inline: the short keys and tokens of a streamed event
-// took 40% longer through nextSpecial's call and the tape checks.
+// 8 bytes at a time inline, without nextSpecial's call: it serves short
+// keys and tokens (FuzzStringEnd holds it to scanString).
 func StringEnd(d []byte, i int) (end int, escaped bool) {
 	for {
 		for i+8 <= len(d) {
@@ -306,7 +297,7 @@ func scanLiteral(d []byte, i int, word string) (end int, ok, eof bool) {
 // starting at d[i] when they are plain and shorter than 16 bytes (keys,
 // roles, finish reasons), else -1; the caller then scans as usual. It
 // spares the Reader's common short strings scanString's and nextSpecial's
-// calls, which under wazero cost more than the scan.
+// calls, which cost more than the scan (docs/performance.md, "Go on wasm").
 func shortEnd(d []byte, i int) int {
 	if i+16 > len(d) {
 		return -1

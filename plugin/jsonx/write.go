@@ -24,8 +24,8 @@ const shortPlain = 128
 // WriteString consumes the string value due next and writes its decoded
 // text to w in one pass that also validates it. With a scratch of at least
 // 128 bytes the text is decoded into scratch and written in scratch-sized
-// pieces (decodeRun: copying every word is cheaper under wasm than
-// restarting a scan at each escape). With a shorter scratch, escapes are
+// pieces (decodeRun: copying every word is cheaper than restarting a scan
+// at each escape). With a shorter scratch, escapes are
 // decoded into it, and short literal runs copied there, so w sees few
 // large writes; a literal run of at least max(64, len(scratch)/8) bytes (at
 // most len(scratch)) is written straight from the input, with no copy. A
@@ -50,8 +50,8 @@ func (r *Reader) writeString(w Writer, scratch []byte, short bool) error {
 	d := r.data
 	// A short string without escapes (a role, a name, a chat turn) is its
 	// own decoded text: written straight from the input, it skips the
-	// scratch set-up and the copy, which cost more than its scan under
-	// wazero. Longer strings pay for this look at most shortPlain bytes.
+	// scratch set-up and the copy, which cost more than its scan. Longer
+	// strings pay for this look at most shortPlain bytes.
 	if e := min(len(d), i+1+shortPlain); short {
 		if k := nextSpecial(d[:e], i+1); k < e && d[k] == '"' {
 			var werr error
@@ -193,14 +193,10 @@ const (
 //
 // Each window is copied whole (eight 8-byte stores) and n advanced only
 // past the plain bytes, so an escape costs a few instructions instead of a
-// memmove and a scan restart. Go's wasm code keeps few values in registers
-// and dispatches every loop back-edge and taken branch through the
-// function's br_table, so the window is tested with one branch (the words'
-// tests ORed together, one word live at a time) and only a window that
-// holds a special byte is searched word by word. Under wazero this decoded
-// the router benchmark's 32 KB prompt (an escape every ~80 bytes) in 10.7
-// µs against 12.9 for 32-byte windows with a branch per word, and
-// escape-free text in 5.9 against 10.7.
+// memmove and a scan restart. The window is tested with one branch (the
+// words' tests ORed together, one word live at a time) and only a window
+// that holds a special byte is searched word by word (docs/performance.md,
+// "Go on wasm"; BenchmarkWriteStrings32K, FuzzWriteString).
 func decodeRun(d []byte, i int, dst []byte, n int) (int, int) {
 	for n+decodeRoom <= len(dst) && i+64 <= len(d) {
 		w := d[i : i+64 : i+64]
@@ -236,7 +232,7 @@ func decodeRun(d []byte, i int, dst []byte, n int) (int, int) {
 		}
 		// The ORed tests say only that some word hit (special's lowest
 		// bit is exact within a word, not across them): find the first.
-		// Unrolled, since a loop here measured slower (a back-edge per word).
+		// Unrolled: a loop pays a back-edge per word.
 		t := 0
 		m := special(le.Uint64(w, 0)) & msb
 		if m == 0 {
@@ -284,7 +280,7 @@ func decodeRun(d []byte, i int, dst []byte, n int) (int, int) {
 	return i, n
 }
 
-// store64 writes x to d[i:i+8] little-endian (one store on wasm, as le.Uint64 is one load).
+// store64 writes x to d[i:i+8] little-endian (one store, as le.Uint64 is one load).
 func store64(d []byte, i int, x uint64) {
 	b := d[i : i+8]
 	b[0], b[1], b[2], b[3] = byte(x), byte(x>>8), byte(x>>16), byte(x>>24)

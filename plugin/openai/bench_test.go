@@ -202,3 +202,92 @@ func benchParseTextCounted(b *testing.B, body []byte) {
 		p.ParseText(Chat, body, false, &w, &req)
 	}
 }
+
+// agentBodies are about 32 KB bodies of the Messages and Responses APIs as
+// their Python SDKs order the keys (the prompt before the system prompt,
+// which ParseText then reads again from its offset): routerBody's system
+// prompt and question.
+func agentBodies() (messages, responses []byte) {
+	var chat struct {
+		Messages []struct{ Content string } `json:"messages"`
+	}
+	if err := json.Unmarshal(routerBody(), &chat); err != nil {
+		panic(err)
+	}
+	system, question := chat.Messages[0].Content, chat.Messages[1].Content
+	m, _ := json.Marshal(map[string]any{"model": "meta-llama/Llama-3.1-8B-Instruct", "max_tokens": 256, "stream": true,
+		"system": system, "messages": []map[string]string{{"role": "user", "content": question}}})
+	r, _ := json.Marshal(map[string]any{"model": "meta-llama/Llama-3.1-8B-Instruct", "max_output_tokens": 256, "stream": true,
+		"instructions": system, "input": question})
+	return m, r
+}
+
+// BenchmarkParseTextAgents is BenchmarkParseTextRouter's "hasher" for the
+// Messages and Responses APIs.
+func BenchmarkParseTextAgents(b *testing.B) {
+	messages, responses := agentBodies()
+	for _, bc := range []struct {
+		name string
+		kind Kind
+		body []byte
+	}{{"messages", Messages, messages}, {"responses", Responses, responses}} {
+		b.Run(bc.name, func(b *testing.B) {
+			var p Parser
+			var req Request
+			h := routerHasher()
+			b.ReportAllocs()
+			b.SetBytes(int64(len(bc.body)))
+			for b.Loop() {
+				h.ResetDeferred()
+				p.ParseText(bc.kind, bc.body, false, h, &req)
+				h.SetSeed(string(req.Model), "")
+			}
+		})
+	}
+}
+
+// BenchmarkStreamCounterRecord is a streamed token event of each endpoint
+// as a chunk of its own, its text recorded as the router records it: the
+// VM's answer hasher resumed from the stream's continuation and saved
+// after the chunk.
+func BenchmarkStreamCounterRecord(b *testing.B) {
+	for _, bc := range []struct {
+		name  string
+		kind  Kind
+		event string
+	}{
+		{"chat", Chat, `data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1730000000,` +
+			`"model":"meta-llama/Llama-3.1-8B-Instruct","choices":[{"index":0,"delta":{"content":" token"},` +
+			`"logprobs":null,"finish_reason":null}]}` + "\n\n"},
+		{"messages", Messages, "event: content_block_delta\n" +
+			`data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":" token"}}` + "\n\n"},
+		// Each event's sequence_number is its own, so the template never
+		// matches and every event is walked: two alternate.
+		{"responses", Responses, "event: response.output_text.delta\n" +
+			`data: {"content_index":0,"delta":" token","item_id":"msg_1","logprobs":[],"output_index":0,"sequence_number":7,"type":"response.output_text.delta"}` + "\n\n"},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			event := []byte(bc.event)
+			next := bytes.Replace(event, []byte(`"sequence_number":7`), []byte(`"sequence_number":8`), 1)
+			h := routerHasher()
+			h.Reset("m", "")
+			h.Write([]byte("a prompt of some length"))
+			var cont prefix.Continuation
+			h.Save(&cont)
+			c := new(StreamCounter)
+			c.Record(bc.kind, h)
+			c.Write(event)
+			b.ReportAllocs()
+			b.SetBytes(int64(len(event)))
+			for b.Loop() {
+				h.Resume(&cont)
+				c.Write(event)
+				h.Save(&cont)
+				event, next = next, event
+			}
+			if c.ContentDeltas < b.N {
+				b.Fatalf("counted %d tokens in %d events", c.ContentDeltas, b.N+1)
+			}
+		})
+	}
+}

@@ -10,14 +10,14 @@ type Code uint8
 const (
 	CodeNotJSON   Code = iota + 1 // the body is not one JSON object
 	CodeTooDeep                   // arrays/objects nested deeper than MaxDepth
-	CodeTruncated                 // Parse saw a valid prefix of a JSON object; use ParseTruncated
+	CodeTruncated                 // a body not read as cut ends inside a JSON object
 	CodeNoModel                   // "model" absent, null, empty, or cut off by truncation
 	CodeBadField                  // a field read by this package has the wrong type or range
 )
 
-// Error is the error Parse, ParseTruncated and WriteText return for bad
-// input. It lives inside the Parser (returning it costs no allocation) and is
-// overwritten by the next call, so copy what you need before parsing again.
+// Error is the error ParseText returns for bad input. It lives inside the
+// Parser (returning it costs no allocation) and is overwritten by the next
+// call, so copy what you need before parsing again.
 // Compare with errors.Is against ErrNotJSON, ErrTooDeep, ErrTruncated,
 // ErrNoModel or ErrBadField, or switch on Code.
 type Error struct {
@@ -56,7 +56,7 @@ func (e *Error) Error() string {
 	case CodeTooDeep:
 		return "openai: JSON nesting deeper than " + strconv.Itoa(MaxDepth) + " at offset " + strconv.Itoa(e.Offset)
 	case CodeTruncated:
-		return "openai: body ends inside a JSON value (ParseTruncated accepts bodies cut at the buffer limit)"
+		return "openai: body ends inside a JSON value (ParseText with truncated set reads bodies cut at the buffer limit)"
 	case CodeNoModel:
 		return `openai: request has no "model" string`
 	case CodeBadField:

@@ -3,7 +3,6 @@ package openai
 import (
 	"bytes"
 	"errors"
-	"io"
 	"reflect"
 	"strings"
 	"testing"
@@ -34,6 +33,35 @@ type countWriter struct{ n int }
 
 func (w *countWriter) Write(b []byte) (int, error) { w.n += len(b); return len(b), nil }
 
+// parsed is one ParseText's outcome, copied out of the Parser.
+type parsed struct {
+	req    Request
+	text   string
+	err    string
+	code   Code
+	system int // Parser.systemChars
+}
+
+func parseCopy(p *Parser, kind Kind, body []byte, truncated bool) parsed {
+	var buf bytes.Buffer
+	var out parsed
+	err := p.ParseText(kind, body, truncated, &buf, &out.req)
+	out.req.Model = bytes.Clone(out.req.Model)
+	out.text = buf.String()
+	if err != nil {
+		out.err, out.code = err.Error(), p.err.Code
+	}
+	out.system = p.systemChars
+	return out
+}
+
+// syntax reports a failure for which the text written is to be discarded.
+func syntax(c Code) bool { return c == CodeNotJSON || c == CodeTooDeep || c == CodeTruncated }
+
+// FuzzParseRequest: ParseText never panics, fails with an *Error, counts
+// what it wrote, gives the same result again (the Parser reused), reads a
+// complete body the same whether or not it may be cut, and writes for a cut
+// body a prefix of the whole body's text.
 func FuzzParseRequest(f *testing.F) {
 	seeds := []string{
 		`{"model":"m","prompt":"hi","max_tokens":3}`,
@@ -45,85 +73,138 @@ func FuzzParseRequest(f *testing.F) {
 		`{"model":"m","x":[[[[[[[[[[]]]]]]]]]]}`,
 		"{\"model\":\"\xff\",\"prompt\":\"\xc3\"}",
 		`{"model":"m","messages":[{"role":"user","content":"abc\ud83d`,
+		`{"messages":[{"content":"a\"b","role":"user"},{"role":"a","content":"c","content":"d"}],"model":"m"}`,
 	}
 	for _, s := range seeds {
 		f.Add(s, uint8(0))
+		f.Add(s, uint8(1|32<<2))
 	}
+	// mode bit 0: completions; bit 1: read as cut; bits 2-7: where the
+	// prefix check cuts, in 63rds of the body.
 	f.Fuzz(func(t *testing.T, body string, mode uint8) {
 		kind := Chat
 		if mode&1 == 1 {
 			kind = Completion
 		}
-		trunc := mode&2 == 2
-		var p Parser
-		run := func() (Request, []byte, error, error) {
-			var req Request
-			var err error
-			if trunc {
-				err = p.ParseTruncated(kind, []byte(body), &req)
-			} else {
-				err = p.Parse(kind, []byte(body), &req)
-			}
-			var buf bytes.Buffer
-			terr := p.WriteText(&buf, &req)
-			if err != nil {
-				var e *Error
-				if !errors.As(err, &e) || e.Code == 0 {
-					t.Fatalf("Parse(%q) error %v is not an *Error", body, err)
-				}
-				_ = e.Error()
-			}
-			req.Model = append([]byte(nil), req.Model...)
-			return req, buf.Bytes(), err, terr
-		}
-		r1, t1, e1, te1 := run()
-		if r1.PromptChars != len(t1) {
-			t.Fatalf("Parse(%q).PromptChars = %d, want %d (bytes written)", body, r1.PromptChars, len(t1))
-		}
-		if r1.PromptTokensExact < 0 || r1.PromptTokensExact*4 > len(t1) {
-			t.Fatalf("Parse(%q).PromptTokensExact = %d with %d bytes", body, r1.PromptTokensExact, len(t1))
-		}
-		if r1.HasMaxTokens && r1.MaxTokens < 0 {
-			t.Fatalf("Parse(%q).MaxTokens = %d, want >= 0", body, r1.MaxTokens)
-		}
-		r2, t2, e2, te2 := run()
-		if !bytes.Equal(t1, t2) || (e1 == nil) != (e2 == nil) || (te1 == nil) != (te2 == nil) ||
-			!bytes.Equal(r1.Model, r2.Model) || r1.MaxTokens != r2.MaxTokens || r1.PromptChars != r2.PromptChars {
-			t.Fatalf("Parse(%q) not deterministic", body)
-		}
-		// One pass writes what two passes write.
-		var one bytes.Buffer
-		var req Request
-		oerr := p.ParseText(kind, []byte(body), trunc, &one, &req)
-		var e *Error
-		syntax := e1 != nil && errors.As(e1, &e) && (e.Code == CodeNotJSON || e.Code == CodeTooDeep || e.Code == CodeTruncated)
-		dup := oerr != nil && errors.As(oerr, &e) && e.Rule == ruleOnce
-		switch {
-		case syntax:
-			if !errors.Is(oerr, e1) {
-				t.Fatalf("ParseText(%q) error = %v, want %v", body, oerr, e1)
-			}
-		case dup:
-		case !bytes.Equal(one.Bytes(), t1) || (oerr == nil) != (e1 == nil && te1 == nil) || req.PromptChars != len(t1) ||
-			req.PromptTokensExact != r1.PromptTokensExact || !bytes.Equal(req.Model, r1.Model) || req.MaxTokens != r1.MaxTokens:
-			t.Fatalf("ParseText(%q) = %q, %v; Parse+WriteText = %q, %v, %v", body, one.Bytes(), oerr, t1, e1, te1)
-		}
-		// A complete body read as truncated gives the same result.
-		if !trunc && e1 == nil {
-			var req Request
-			if err := p.ParseTruncated(kind, []byte(body), &req); err != nil || req.Truncated {
-				t.Fatalf("ParseTruncated(complete %q) = %v, truncated %v", body, err, req.Truncated)
-			}
-		}
+		checkParse(t, kind, []byte(body), mode)
 	})
 }
 
+// FuzzParseMessages is FuzzParseRequest for the Anthropic Messages API.
+func FuzzParseMessages(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","max_tokens":8,"system":"Be brief.","messages":[{"role":"user","content":"Hi"}]}`,
+		`{"max_tokens":8,"messages":[{"content":"Hi","role":"user"}],"model":"m","system":[{"type":"text","text":"S"}]}`,
+		`{"model":"m","max_tokens":8,"messages":[{"role":"assistant","content":[{"type":"thinking","thinking":"h"},{"type":"text","text":"a\u00e9"},` +
+			`{"type":"tool_use","id":"t","name":"f","input":{"a":[1]}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t",` +
+			`"content":[{"type":"text","text":"r"},{"type":"image","source":{"data":"A"}},{"type":"tool_result","content":"x"}]}]}]}`,
+		`{"model":"m","max_tokens":8,"system":[{"type":"text","text":"x-anthropic-billing-header: a"},{"type":"text","text":"S"}],"messages":[]}`,
+		`{"model":"m","messages":[{"role":"system","content":[{"type":"text","text":"x-anthropic-billing-header: a"}]}],"system":"a","system":"b"}`,
+	} {
+		f.Add(s, uint8(0))
+		f.Add(s, uint8(2|20<<2))
+	}
+	f.Fuzz(func(t *testing.T, body string, mode uint8) { checkParse(t, Messages, []byte(body), mode) })
+}
+
+// FuzzParseResponses is FuzzParseRequest for the OpenAI Responses API.
+func FuzzParseResponses(f *testing.F) {
+	for _, s := range []string{
+		`{"model":"m","instructions":"Be brief.","input":"Hi","max_output_tokens":9,"previous_response_id":"resp_1"}`,
+		`{"input":[{"role":"user","content":[{"type":"input_text","text":"Hi"},{"type":"input_image","image_url":"u"}]},` +
+			`{"type":"function_call","call_id":"c","name":"f","arguments":"{\"a\":1}"},{"type":"function_call_output","call_id":"c","output":"r"},` +
+			`{"type":"reasoning","summary":[]},{"type":"item_reference","id":"x"},{"type":"message","role":"assistant","content":[{"type":"output_text","text":"o"}]}],` +
+			`"instructions":"S","model":"m"}`,
+		`{"model":"m","input":[{"output":[{"type":"input_text","text":"t"}],"type":"function_call_output"},{"name":"f","type":"function_call"}]}`,
+		`{"model":"m","input":[{"type":"function_call","name":"f","name":"g","arguments":"a","arguments":"b","output":1}]}`,
+	} {
+		f.Add(s, uint8(0))
+		f.Add(s, uint8(2|40<<2))
+	}
+	f.Fuzz(func(t *testing.T, body string, mode uint8) { checkParse(t, Responses, []byte(body), mode) })
+}
+
+// checkParse holds ParseText of body as kind to its contract: it never
+// panics, fails with an *Error, counts what it wrote, gives the same result
+// again (the Parser reused), reads a complete body the same whether or not
+// it may be cut, and writes for a cut body a prefix of the whole body's
+// text. The one exception: a Messages or Responses body cut before its
+// system prompt, which came after the prompt, writes the prompt without it.
+// mode bit 1: read body as cut; bits 2-7: where the prefix check cuts, in
+// 63rds of the body.
+func checkParse(t *testing.T, kind Kind, b []byte, mode uint8) {
+	t.Helper()
+	var p Parser
+	var req Request
+	var w countWriter
+	err := p.ParseText(kind, b, mode&2 == 2, &w, &req)
+	if err != nil {
+		var e *Error
+		if !errors.As(err, &e) || e.Code == 0 {
+			t.Fatalf("ParseText(%q) error %v is not an *Error", b, err)
+		}
+		_ = e.Error()
+	}
+	if err != nil && syntax(p.err.Code) {
+		if req.PromptChars != 0 || req.PromptTokensExact != 0 {
+			t.Fatalf("ParseText(%q) = %v with %d prompt chars, want 0", b, err, req.PromptChars)
+		}
+	} else if req.PromptChars != w.n {
+		t.Fatalf("ParseText(%q).PromptChars = %d, want %d (bytes written)", b, req.PromptChars, w.n)
+	}
+	if req.PromptTokensExact < 0 || req.PromptTokensExact*4 > w.n {
+		t.Fatalf("ParseText(%q).PromptTokensExact = %d with %d bytes", b, req.PromptTokensExact, w.n)
+	}
+	if req.HasMaxTokens && req.MaxTokens < 0 {
+		t.Fatalf("ParseText(%q).MaxTokens = %d, want >= 0", b, req.MaxTokens)
+	}
+	whole := parseCopy(&p, kind, b, false)
+	if again := parseCopy(&p, kind, b, false); !reflect.DeepEqual(again, whole) {
+		t.Fatalf("ParseText(%q) = %+v, then %+v", b, whole, again)
+	}
+	if whole.err != "" && syntax(whole.code) {
+		return
+	}
+	if asCut := parseCopy(&p, kind, b, true); !reflect.DeepEqual(asCut, whole) {
+		t.Fatalf("ParseText(complete %q, truncated) = %+v, want %+v", b, asCut, whole)
+	}
+	n := len(b) * int(mode>>2) / 63
+	part := parseCopy(&p, kind, b[:n], true)
+	lostSystem := part.system == 0 && strings.HasPrefix(whole.text[whole.system:], part.text)
+	if !strings.HasPrefix(whole.text, part.text) && !lostSystem {
+		t.Fatalf("ParseText(%q cut at %d) = %q, not a prefix of %q", b, n, part.text, whole.text)
+	}
+}
+
+// streamRead is what a StreamCounter made of a stream: its counts, its
+// response id and the answer it recorded.
+type streamRead struct {
+	counts sseWant
+	id     uint64
+	hasID  bool
+	answer string
+	whole  bool
+}
+
+func readOf(c *StreamCounter, rec *bytes.Buffer) streamRead {
+	_, whole := c.Answer()
+	return streamRead{counts(c), c.ResponseID, c.HasResponseID, rec.String(), whole}
+}
+
+// FuzzSSE: a stream reads the same fed whole or in chunks of any size, and
+// the counts never go down as it goes.
 func FuzzSSE(f *testing.F) {
 	f.Add(vllmChatStream, uint16(7))
 	f.Add("data:{\"choices\":[{\"text\":\"a\"}]}\r\n\r\ndata: [DONE]\n\n", uint16(3))
 	f.Add(": c\nevent: x\ndata: {\"usage\":{\"completion_tokens\":9}}\n\n", uint16(1))
+	f.Add(vllmMessagesStream, uint16(11))
+	f.Add(responsesStream, uint16(300))
 	f.Fuzz(func(t *testing.T, stream string, split uint16) {
 		var whole, parts StreamCounter
+		var wholeRec, partsRec bytes.Buffer
+		kind := Kind(split%4 + 1)
+		whole.Record(kind, &wholeRec)
+		parts.Record(kind, &partsRec)
 		whole.Write([]byte(stream))
 		b := []byte(stream)
 		step := int(split%64) + 1
@@ -132,41 +213,15 @@ func FuzzSSE(f *testing.F) {
 			parts.Write(b[i:min(i+step, len(b))])
 			cur := counts(&parts)
 			if cur.events < prev.events || cur.deltas < prev.deltas || cur.usageC < prev.usageC ||
-				cur.usageP < prev.usageP || prev.done && !cur.done || prev.finished && !cur.finished {
+				cur.usageP < prev.usageP || cur.cached < prev.cached || prev.done && !cur.done || prev.finished && !cur.finished {
 				t.Fatalf("StreamCounter(%q) counts went down: %+v then %+v", stream, prev, cur)
 			}
 			prev = cur
 		}
-		if got, want := counts(&parts), counts(&whole); got != want {
+		if got, want := readOf(&parts, &partsRec), readOf(&whole, &wholeRec); got != want {
 			t.Fatalf("StreamCounter(%q) in %d-byte chunks = %+v, want %+v", stream, step, got, want)
 		}
 	})
-}
-
-func TestParseAllocs(t *testing.T) {
-	body := chatBody(32 << 10)
-	var p Parser
-	var req Request
-	var w countWriter
-	allocs := testing.AllocsPerRun(50, func() {
-		if err := p.Parse(Chat, body, &req); err != nil {
-			t.Fatal(err)
-		}
-		if err := p.WriteText(&w, &req); err != nil {
-			t.Fatal(err)
-		}
-	})
-	if allocs != 0 {
-		t.Errorf("Parse+WriteText(32 KB chat) allocs = %v, want 0", allocs)
-	}
-	trunc := body[:len(body)/2]
-	allocs = testing.AllocsPerRun(50, func() {
-		p.ParseTruncated(Chat, trunc, &req)
-		p.WriteText(io.Discard, &req)
-	})
-	if allocs != 0 {
-		t.Errorf("ParseTruncated+WriteText(16 KB cut) allocs = %v, want 0", allocs)
-	}
 }
 
 func TestParseTextAllocs(t *testing.T) {
@@ -211,20 +266,7 @@ func TestStreamCounterAllocs(t *testing.T) {
 	}
 }
 
-func BenchmarkParseChat32K(b *testing.B) {
-	body := chatBody(32 << 10)
-	var p Parser
-	var req Request
-	var w countWriter
-	b.ReportAllocs()
-	b.SetBytes(int64(len(body)))
-	for b.Loop() {
-		p.Parse(Chat, body, &req)
-		p.WriteText(&w, &req)
-	}
-}
-
-// BenchmarkParseTextChat32K is BenchmarkParseChat32K in one pass.
+// BenchmarkParseTextChat32K is ParseText on a 32 KB chat body of short turns.
 func BenchmarkParseTextChat32K(b *testing.B) { benchParseTextCounted(b, chatBody(32<<10)) }
 
 func BenchmarkStreamCounter(b *testing.B) {
@@ -241,9 +283,6 @@ func BenchmarkStreamCounter(b *testing.B) {
 // BenchmarkParseTextShapes separates the per-message cost from the per-byte
 // cost: about 32 KB of content in 2 messages (the router benchmark's
 // shape: a long system prompt and a question) or in 75 (an agent's turns).
-// Under wazero the 75-message body took ~110 µs and the 2-message one ~12
-// before the messages fast path (~1.3 µs per message, ~0.55 of it the
-// jsonx walk: Object, Member, Value), 33 µs and 13 µs with it.
 func BenchmarkParseTextShapes(b *testing.B) {
 	body := userMessages
 	const line = `SELECT name FROM t WHERE id = 42;  `
@@ -268,8 +307,8 @@ func BenchmarkParseTextShapes(b *testing.B) {
 }
 
 // FuzzMessagesFastPath holds fastMessages to the general walk (message):
-// ParseText and Parse+WriteText write the same bytes, count the same
-// chars and fail alike with the fast path on and off, whole or cut.
+// ParseText writes the same bytes, counts the same chars and fails alike
+// with the fast path on and off, whole or cut.
 func FuzzMessagesFastPath(f *testing.F) {
 	long := strings.Repeat(`SELECT 1;\n`, 250)
 	for _, s := range []string{
@@ -296,33 +335,19 @@ func FuzzMessagesFastPath(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, body string, mode uint8) {
 		trunc := mode&2 == 2
-		run := func(slow, two bool) (string, Request, error) {
+		run := func(slow bool) (string, Request, error) {
 			p := Parser{slow: slow}
 			var buf bytes.Buffer
 			var req Request
-			var err error
-			if two {
-				if trunc {
-					err = p.ParseTruncated(Chat, []byte(body), &req)
-				} else {
-					err = p.Parse(Chat, []byte(body), &req)
-				}
-				if werr := p.WriteText(&buf, &req); err == nil {
-					err = werr
-				}
-			} else {
-				err = p.ParseText(Chat, []byte(body), trunc, &buf, &req)
-			}
+			err := p.ParseText(Chat, []byte(body), trunc, &buf, &req)
 			req.Model = nil
 			return buf.String(), req, err
 		}
-		for _, two := range []bool{false, true} {
-			got, greq, gerr := run(false, two)
-			want, wreq, werr := run(true, two)
-			if got != want || !reflect.DeepEqual(greq, wreq) || (gerr == nil) != (werr == nil) || gerr != nil && gerr.Error() != werr.Error() {
-				t.Fatalf("ParseText(%q, truncated %v, two passes %v) = %q, %+v, %v; general walk: %q, %+v, %v",
-					body, trunc, two, got, greq, gerr, want, wreq, werr)
-			}
+		got, greq, gerr := run(false)
+		want, wreq, werr := run(true)
+		if got != want || !reflect.DeepEqual(greq, wreq) || (gerr == nil) != (werr == nil) || gerr != nil && gerr.Error() != werr.Error() {
+			t.Fatalf("ParseText(%q, truncated %v) = %q, %+v, %v; general walk: %q, %+v, %v",
+				body, trunc, got, greq, gerr, want, wreq, werr)
 		}
 	})
 }
@@ -341,7 +366,7 @@ func TestFastMessagesTake(t *testing.T) {
 		`{"content":"` + strings.Repeat("x", 1900) + `","role":"system"}`,
 	} {
 		var p Parser
-		if end := p.fastMessage([]byte(m), 0); end != len(m) {
+		if end := p.fastMessage([]byte(m), 0, 3); end != len(m) {
 			t.Errorf("fastMessage(%.40q) = %d, want %d", m, end, len(m))
 		}
 	}

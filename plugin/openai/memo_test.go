@@ -24,7 +24,7 @@ type hashed struct {
 
 // parseHashed parses body into h through w (h itself, or a memo over it)
 // as the router does, and returns what the router keeps. mode bit 0:
-// completions, bit 1: truncated, bit 2: Parse then WriteText.
+// completions, bit 1: truncated.
 func parseHashed(p *Parser, h *prefix.Hasher, w io.Writer, body []byte, mode uint8) hashed {
 	kind := Chat
 	if mode&1 == 1 {
@@ -32,20 +32,7 @@ func parseHashed(p *Parser, h *prefix.Hasher, w io.Writer, body []byte, mode uin
 	}
 	var req Request
 	h.ResetDeferred()
-	var err error
-	switch {
-	case mode&4 == 0:
-		err = p.ParseText(kind, body, mode&2 == 2, w, &req)
-	case mode&2 == 2:
-		err = p.ParseTruncated(kind, body, &req)
-	default:
-		err = p.Parse(kind, body, &req)
-	}
-	if mode&4 != 0 {
-		if werr := p.WriteText(w, &req); err == nil {
-			err = werr
-		}
-	}
+	err := p.ParseText(kind, body, mode&2 == 2, w, &req)
 	h.SetSeed(string(req.Model), "")
 	out := hashed{chain: slices.Clone(h.Chain()), chars: h.Chars(), promptChars: req.PromptChars,
 		promptBad: req.PromptBad, model: string(req.Model)}
@@ -122,12 +109,11 @@ func TestParseTextMemo(t *testing.T) {
 		{name: "role first", first: chat("system", sys, "q1"), then: []string{chat("system", sys, "q2"), chat("system", sys, "q3")}, replays: 2},
 		{name: "content first", first: sorted("system", sys, "q1"), then: []string{sorted("system", sys, "q2")}, replays: 1},
 		{name: "order swapped", first: chat("system", sys, "q1"), then: []string{sorted("system", sys, "q2")}, replays: 1},
-		{name: "two passes", first: chat("system", sys, "q1"), then: []string{chat("system", sys, "q2")}, mode: 4, replays: 1},
 		{name: "another model", first: chat("system", sys, "q1"), then: []string{strings.Replace(chat("system", sys, "q2"), `"m"`, `"n"`, 1)}, replays: 1},
 		{name: "another role", first: chat("system", sys, "q1"), then: []string{chat("developer", sys, "q2")}},
 		{name: "another role, content first", first: sorted("system", sys, "q1"), then: []string{sorted("developer", sys, "q2")}},
-		{name: "content twice, the first passed over", first: sorted("system", sys, "q1"),
-			then: []string{`{"messages":[{"content":"` + sys + `","role":"system","content":"B"}],"model":"m"}`}},
+		{name: "content twice, the second a field error", first: sorted("system", sys, "q1"),
+			then: []string{`{"messages":[{"content":"` + sys + `","role":"system","content":"B"}],"model":"m"}`}, replays: 1},
 		{name: "content differs", first: chat("system", sys, "q1"), then: []string{chat("system", other, "q2")}},
 		{name: "cut inside", first: chat("system", sys, "q1"), then: []string{full[:len(full)/2]}, mode: 2},
 		{name: "cut after an escaped quote", first: cutQuote(full), then: []string{full, cutQuote(full)}, mode: 2},
@@ -163,12 +149,12 @@ func FuzzParseTextMemo(f *testing.F) {
 		{`{"model":"m","prompt":"` + long + `"}`, `{"model":"m","prompt":"` + long},
 		{`{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"` + long + `"}]}]}`, `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"` + long + `"},{"type":"text","text":"` + long + `"}]}]}`},
 	} {
-		for _, mode := range []uint8{0, 1, 2, 4, 6} {
+		for _, mode := range []uint8{0, 1, 2} {
 			f.Add(s[0], s[1], mode)
 		}
 	}
 	f.Fuzz(func(t *testing.T, first, then string, mode uint8) {
-		memoCompare(t, first, []string{then, then, first}, mode&7, 8)
+		memoCompare(t, first, []string{then, then, first}, mode&3, 8)
 	})
 }
 

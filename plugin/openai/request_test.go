@@ -15,7 +15,7 @@ type parseWant struct {
 	stream    bool
 	usage     bool
 	n         int64
-	text      string // exact bytes written by WriteText
+	text      string // exact bytes written
 	tokens    int
 	truncated bool
 }
@@ -28,10 +28,10 @@ func TestParse(t *testing.T) {
 		name    string
 		kind    Kind
 		body    string
-		trunc   bool // use ParseTruncated
+		trunc   bool // the body may be cut
 		want    parseWant
-		wantErr error // for Parse
-		textErr error // for WriteText
+		wantErr error
+		bad     bool // PromptBad: the prompt has the wrong shape
 	}{
 		{name: "completion string", kind: Completion,
 			body: `{"model":"llama","prompt":"Hello world","max_tokens":16}`,
@@ -51,15 +51,15 @@ func TestParse(t *testing.T) {
 		{name: "completion token id too large", kind: Completion,
 			body:    `{"model":"m","prompt":[1,4294967296]}`,
 			want:    parseWant{model: "m", n: 1, text: "\x01\x00\x00\x00", tokens: 1},
-			textErr: ErrBadField},
+			wantErr: ErrBadField, bad: true},
 		{name: "completion mixed prompt array", kind: Completion,
 			body:    `{"model":"m","prompt":["a",1]}`,
 			want:    parseWant{model: "m", n: 1, text: "a"},
-			textErr: ErrBadField},
+			wantErr: ErrBadField, bad: true},
 		{name: "completion prompt object", kind: Completion,
 			body:    `{"model":"m","prompt":{"a":1}}`,
 			want:    parseWant{model: "m", n: 1},
-			textErr: ErrBadField},
+			wantErr: ErrBadField, bad: true},
 		{name: "completion ignores messages", kind: Completion,
 			body: `{"model":"m","messages":[{"role":"user","content":"x"}]}`,
 			want: parseWant{model: "m", n: 1}},
@@ -82,21 +82,33 @@ func TestParse(t *testing.T) {
 		{name: "chat null content with tool calls", kind: Chat,
 			body: `{"model":"m","messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"1"}]}]}`,
 			want: parseWant{model: "m", n: 1, text: "assistant" + rs + gs + `[{"id":"1"}]` + us}},
+		{name: "chat content twice keeps the first", kind: Chat,
+			body:    `{"model":"m","messages":[{"content":"a","role":"user","content":"b"}]}`,
+			want:    parseWant{model: "m", n: 1, text: "user" + rs + "a" + us},
+			wantErr: ErrBadField},
+		{name: "chat role twice keeps the first", kind: Chat,
+			body:    `{"model":"m","messages":[{"content":"a","role":"user","role":"tool"}]}`,
+			want:    parseWant{model: "m", n: 1, text: "user" + rs + "a" + us},
+			wantErr: ErrBadField},
+		{name: "chat part text twice keeps the first", kind: Chat,
+			body:    `{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a","text":"b"}]}]}`,
+			want:    parseWant{model: "m", n: 1, text: "user" + rs + "a" + us},
+			wantErr: ErrBadField},
 		{name: "chat missing role", kind: Chat,
 			body: `{"model":"m","messages":[{"content":"x"}]}`,
 			want: parseWant{model: "m", n: 1, text: rs + "x" + us}},
 		{name: "chat role not string", kind: Chat,
 			body:    `{"model":"m","messages":[{"role":1,"content":"x"}]}`,
 			want:    parseWant{model: "m", n: 1},
-			textErr: ErrBadField},
+			wantErr: ErrBadField, bad: true},
 		{name: "chat content number", kind: Chat,
 			body:    `{"model":"m","messages":[{"role":"user","content":5}]}`,
 			want:    parseWant{model: "m", n: 1, text: "user" + rs},
-			textErr: ErrBadField},
+			wantErr: ErrBadField, bad: true},
 		{name: "chat messages not array", kind: Chat,
 			body:    `{"model":"m","messages":"hi"}`,
 			want:    parseWant{model: "m", n: 1},
-			textErr: ErrBadField},
+			wantErr: ErrBadField, bad: true},
 		{name: "escapes", kind: Chat,
 			body: `{"model":"m","messages":[{"role":"user","content":"a\nb\t\"q\" \\ \/ \u00e9 \ud83d\ude00 \ud800x"}]}`,
 			want: parseWant{model: "m", n: 1, text: "user" + rs + "a\nb\t\"q\" \\ / é 😀 \uFFFDx" + us}},
@@ -175,7 +187,7 @@ func TestParse(t *testing.T) {
 		{name: "depth 64 accepted", kind: Chat,
 			body: `{"model":"m","x":` + strings.Repeat("[", 63) + strings.Repeat("]", 63) + `}`,
 			want: parseWant{model: "m", n: 1}},
-		{name: "truncated body rejected by Parse", kind: Chat,
+		{name: "cut body rejected when not read as cut", kind: Chat,
 			body: `{"model":"m","messages":[{"role":"user","content":"abc`, wantErr: ErrTruncated},
 		{name: "truncated in content", kind: Chat, trunc: true,
 			body: `{"model":"m","messages":[{"role":"system","content":"S"},{"role":"user","content":"abc\ndef`,
@@ -228,48 +240,25 @@ func TestParse(t *testing.T) {
 	var p Parser
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			var buf bytes.Buffer
 			var req Request
-			var err error
-			if tt.trunc {
-				err = p.ParseTruncated(tt.kind, []byte(tt.body), &req)
-			} else {
-				err = p.Parse(tt.kind, []byte(tt.body), &req)
-			}
+			err := p.ParseText(tt.kind, []byte(tt.body), tt.trunc, &buf, &req)
 			if !errors.Is(err, tt.wantErr) || (err == nil) != (tt.wantErr == nil) {
-				t.Fatalf("Parse(%.80q) error = %v, want %v", tt.body, err, tt.wantErr)
+				t.Fatalf("ParseText(%.80q) error = %v, want %v", tt.body, err, tt.wantErr)
 			}
 			if err != nil {
 				_ = err.Error() // must format without panicking
 				if c := err.(*Error).Code; c == CodeNotJSON || c == CodeTooDeep || c == CodeTruncated {
-					return
+					return // the text written is to be discarded
 				}
-			}
-			var buf bytes.Buffer
-			terr := p.WriteText(&buf, &req)
-			if !errors.Is(terr, tt.textErr) || (terr == nil) != (tt.textErr == nil) {
-				t.Errorf("WriteText(%.80q) error = %v, want %v", tt.body, terr, tt.textErr)
 			}
 			got := parseWant{string(req.Model), req.MaxTokens, req.HasMaxTokens, req.Stream, req.IncludeUsage,
 				req.N, buf.String(), req.PromptTokensExact, req.Truncated}
-			if got != tt.want {
-				t.Errorf("Parse(%.80q) =\n %#v\nwant\n %#v", tt.body, got, tt.want)
+			if got != tt.want || req.PromptBad != tt.bad {
+				t.Errorf("ParseText(%.80q) =\n %#v, bad %v\nwant\n %#v, bad %v", tt.body, got, req.PromptBad, tt.want, tt.bad)
 			}
 			if req.PromptChars != buf.Len() {
-				t.Errorf("Parse(%.80q).PromptChars = %d, want %d", tt.body, req.PromptChars, buf.Len())
-			}
-			// One pass writes the same bytes and reports either error.
-			var one bytes.Buffer
-			var req1 Request
-			oerr := p.ParseText(tt.kind, []byte(tt.body), tt.trunc, &one, &req1)
-			if (oerr == nil) != (tt.wantErr == nil && tt.textErr == nil) ||
-				oerr != nil && !errors.Is(oerr, tt.wantErr) && !errors.Is(oerr, tt.textErr) {
-				t.Errorf("ParseText(%.80q) error = %v, want %v or %v", tt.body, oerr, tt.wantErr, tt.textErr)
-			}
-			got1 := parseWant{string(req1.Model), req1.MaxTokens, req1.HasMaxTokens, req1.Stream, req1.IncludeUsage,
-				req1.N, one.String(), req1.PromptTokensExact, req1.Truncated}
-			if got1 != tt.want || req1.PromptChars != one.Len() || req1.PromptBad != (tt.textErr != nil) {
-				t.Errorf("ParseText(%.80q) =\n %#v (chars %d, bad %v)\nwant\n %#v (chars %d, bad %v)", tt.body,
-					got1, req1.PromptChars, req1.PromptBad, tt.want, one.Len(), tt.textErr != nil)
+				t.Errorf("ParseText(%.80q).PromptChars = %d, want %d", tt.body, req.PromptChars, buf.Len())
 			}
 		})
 	}
@@ -320,38 +309,28 @@ func hex16(h uint64) string {
 }
 
 // TestTruncatedIsPrefix cuts a chat body at every length and checks that what
-// ParseTruncated writes is a prefix of what the full body writes.
+// ParseText writes for the cut body is a prefix of what the full body writes.
 func TestTruncatedIsPrefix(t *testing.T) {
 	body := []byte(`{"model":"m","max_tokens":32,"messages":[{"role":"system","content":"Be \"brief\"\u00e9 \ud83d\ude00."},` +
 		`{"role":"user","content":[{"type":"text","text":"a\nb"},{"type":"image_url","image_url":{"url":"x"}}]},` +
 		`{"role":"assistant","content":null,"tool_calls":[{"id":"c1","function":{"name":"f","arguments":"{}"}}]}],"stream":true}`)
 	var p Parser
 	var req Request
-	if err := p.Parse(Chat, body, &req); err != nil {
-		t.Fatalf("Parse(full) error = %v", err)
-	}
 	var full bytes.Buffer
-	if err := p.WriteText(&full, &req); err != nil {
-		t.Fatalf("WriteText(full) error = %v", err)
+	if err := p.ParseText(Chat, body, false, &full, &req); err != nil {
+		t.Fatalf("ParseText(full) error = %v", err)
 	}
 	for n := 0; n <= len(body); n++ {
-		err := p.ParseTruncated(Chat, body[:n], &req)
-		if err != nil && !errors.Is(err, ErrNoModel) && !errors.Is(err, ErrNotJSON) {
-			t.Fatalf("ParseTruncated(body[:%d]) error = %v", n, err)
-		}
-		if err != nil && errors.Is(err, ErrNotJSON) {
+		var got bytes.Buffer
+		err := p.ParseText(Chat, body[:n], true, &got, &req)
+		if errors.Is(err, ErrNotJSON) {
 			continue
 		}
-		var got bytes.Buffer
-		if err := p.WriteText(&got, &req); err != nil {
-			t.Fatalf("WriteText(body[:%d]) error = %v", n, err)
+		if err != nil && !errors.Is(err, ErrNoModel) {
+			t.Fatalf("ParseText(body[:%d]) error = %v", n, err)
 		}
 		if !bytes.HasPrefix(full.Bytes(), got.Bytes()) {
-			t.Fatalf("WriteText(body[:%d]) = %q, not a prefix of %q", n, got.Bytes(), full.Bytes())
-		}
-		var one bytes.Buffer
-		if err := p.ParseText(Chat, body[:n], true, &one, &req); err != nil && !errors.Is(err, ErrNoModel) || one.String() != got.String() {
-			t.Fatalf("ParseText(body[:%d]) = %q, %v; want %q", n, one.Bytes(), err, got.Bytes())
+			t.Fatalf("ParseText(body[:%d]) = %q, not a prefix of %q", n, got.Bytes(), full.Bytes())
 		}
 	}
 }
@@ -386,12 +365,9 @@ func TestLongStringChunks(t *testing.T) {
 		body := `{"model":"m","prompt":"` + raw + `"}`
 		var p Parser
 		var req Request
-		if err := p.Parse(Completion, []byte(body), &req); err != nil {
-			t.Fatalf("Parse(pad %d) error = %v", pad, err)
-		}
 		var buf bytes.Buffer
-		if err := p.WriteText(&buf, &req); err != nil || buf.String() != want {
-			t.Fatalf("WriteText(pad %d) = %d bytes, %v, want %d bytes", pad, buf.Len(), err, len(want))
+		if err := p.ParseText(Completion, []byte(body), false, &buf, &req); err != nil || buf.String() != want {
+			t.Fatalf("ParseText(pad %d) = %d bytes, %v, want %d bytes", pad, buf.Len(), err, len(want))
 		}
 	}
 }
@@ -399,33 +375,26 @@ func TestLongStringChunks(t *testing.T) {
 func TestErrorMessage(t *testing.T) {
 	var p Parser
 	var req Request
-	err := p.Parse(Chat, []byte(`{"model":"m","max_tokens":-3}`), &req)
+	err := p.ParseText(Chat, []byte(`{"model":"m","max_tokens":-3}`), false, nil, &req)
 	want := `openai: field "max_tokens" must be an integer in [0, 9223372036854775807] or null, got "-3"`
 	if err == nil || err.Error() != want {
-		t.Errorf("Parse(max_tokens -3) error = %v, want %s", err, want)
+		t.Errorf("ParseText(max_tokens -3) error = %v, want %s", err, want)
 	}
 }
 
 // TestContentBeforeRole: a message whose content comes before its role
-// (encoding/json's key order) writes what the role-first message writes,
-// in one pass and in two.
+// (encoding/json's key order) writes what the role-first message writes.
 func TestContentBeforeRole(t *testing.T) {
 	content := strings.Repeat(`line \"one\"\n`, 300)
 	roleFirst := `{"model":"m","messages":[{"role":"system","content":"` + content + `"},{"role":"user","content":"q"}]}`
 	contentFirst := `{"messages":[{"content":"` + content + `","role":"system"},{"content":"q","role":"user"}],"model":"m"}`
 	var p Parser
 	var req Request
-	var want, one, two bytes.Buffer
+	var want, one bytes.Buffer
 	if err := p.ParseText(Chat, []byte(roleFirst), false, &want, &req); err != nil {
 		t.Fatalf("ParseText(role first) error = %v", err)
 	}
 	if err := p.ParseText(Chat, []byte(contentFirst), false, &one, &req); err != nil || one.String() != want.String() {
 		t.Fatalf("ParseText(content first) = %.60q, %v; want %.60q", one.String(), err, want.String())
-	}
-	if err := p.Parse(Chat, []byte(contentFirst), &req); err != nil {
-		t.Fatalf("Parse(content first) error = %v", err)
-	}
-	if err := p.WriteText(&two, &req); err != nil || two.String() != want.String() {
-		t.Fatalf("WriteText(content first) = %.60q, %v; want %.60q", two.String(), err, want.String())
 	}
 }

@@ -2,6 +2,7 @@ package openai
 
 import (
 	"bytes"
+	"io"
 
 	"github.com/gpuroute/gpuroute/plugin/jsonx"
 	"github.com/gpuroute/gpuroute/scoring/prefix"
@@ -12,36 +13,45 @@ import (
 // joins a line split across chunks has this size.
 const MaxLineBytes = 8 << 10
 
-// Wire names in OpenAI-compatible streamed and non-streamed responses.
+// Wire names in streamed and non-streamed responses.
 const (
-	sseData          = "data:"
-	sseDone          = "[DONE]"
-	FieldChoices     = "choices"
-	FieldDelta       = "delta"
-	FieldFinish      = "finish_reason"
-	FieldUsage       = "usage"
-	FieldReasoning   = "reasoning_content" // vLLM/SGLang reasoning parsers
-	FieldReasoning2  = "reasoning"         // newer vLLM name
-	FieldPromptTok   = "prompt_tokens"
-	FieldCompleteTok = "completion_tokens"
+	sseData         = "data:"
+	sseDone         = "[DONE]"
+	FieldChoices    = "choices"
+	FieldDelta      = "delta"
+	FieldFinish     = "finish_reason"
+	FieldUsage      = "usage"
+	FieldReasoning  = "reasoning_content" // vLLM/SGLang reasoning parsers
+	FieldReasoning2 = "reasoning"         // newer vLLM name
+	FieldIndex      = "index"
+	FieldID         = "id"
+	FieldMessage    = "message"
 )
 
-// StreamCounter counts generated tokens in an OpenAI-compatible SSE response
-// (`data: {json}\n\n` events ending with `data: [DONE]`), fed chunk by chunk
-// at arbitrary split points. The zero value is ready; it is not safe for
-// concurrent use, allocates nothing, and never panics.
+// StreamCounter reads a server-sent-event response, fed chunk by chunk at
+// arbitrary split points: it counts generated tokens, reads the usage the
+// engine reports, and can record the answer's text (Record). It reads the
+// streams of the four endpoints: chat and completions (`data: {json}`
+// events ending with `data: [DONE]`), the Messages API (`event:` lines,
+// typed events from message_start to message_stop) and the Responses API
+// (typed events up to response.completed). The zero value is ready; it is
+// not safe for concurrent use, allocates nothing, and never panics.
 //
 // Counting rule: every choice in a data event whose delta carries non-empty
 // "content", "reasoning_content" or "reasoning", or any "tool_calls", or
-// (completions) non-empty "text", counts as one token. vLLM, SGLang and TGI
-// stream one event per decode step per choice, so this is exact for plain
+// (completions) non-empty "text", counts as one token; so does a Messages
+// content_block_delta with non-empty text, thinking or partial_json, and a
+// Responses response.*.delta event with a non-empty delta. vLLM, SGLang and
+// TGI stream one event per decode step per choice, so this is exact for plain
 // decoding. Exceptions, all undercounts: speculative decoding and SGLang's
 // --stream-interval > 1 put several tokens in one event; detokenizers hold
 // back text that is not yet a whole UTF-8 character or might be a stop string
 // and emit it later in one event; vLLM's first chat event (role only, empty
 // content) and empty final events count nothing, correctly. A "usage" object
-// (stream_options.include_usage, or vLLM's continuous usage stats) is exact and
-// preferred by Tokens.
+// (stream_options.include_usage, vLLM's continuous usage stats, a Messages
+// message_delta, a Responses response.completed) is exact and preferred by
+// Tokens; the usage in a Messages message_start gives the prompt's counts
+// only (its output count is not the answer's).
 //
 // Lines end at '\n' (a preceding '\r' is dropped); a lone '\r' as line end is
 // not recognised. Each data line is parsed on its own: an event whose JSON is
@@ -55,13 +65,24 @@ type StreamCounter struct {
 	// Oversized counts data lines longer than MaxLineBytes; each also counts
 	// as one event and one content delta (large events are content).
 	Oversized int
-	// UsageCompletionTokens and UsagePromptTokens are the largest values seen
-	// in usage objects; HasUsage reports that one was seen.
+	// UsageCompletionTokens, UsagePromptTokens and UsageCachedTokens are
+	// the largest values seen in usage objects (see Usage for each
+	// endpoint's fields). HasUsage reports a completion count, HasCached a
+	// cached-token count: absent is not 0.
 	UsageCompletionTokens int64
 	UsagePromptTokens     int64
+	UsageCachedTokens     int64
 	HasUsage              bool
-	// Finished reports a choice with a non-null finish_reason; Done the
-	// final `data: [DONE]`.
+	HasCached             bool
+	// ResponseID is FNV-1a 64 of a Responses API stream's response "id"
+	// (in response.created), HasResponseID whether one was seen: the value
+	// a later request's Request.PreviousResponseID names it by.
+	ResponseID    uint64
+	HasResponseID bool
+	// Finished reports a choice with a non-null finish_reason, a Messages
+	// stop_reason or a finished Responses response; Done the stream's last
+	// event: `data: [DONE]`, message_stop, or response.completed,
+	// response.incomplete or response.failed.
 	Finished bool
 	Done     bool
 
@@ -69,17 +90,20 @@ type StreamCounter struct {
 	carryLen int
 	skipping bool // inside an oversized line, until '\n'
 
-	rd jsonx.Reader // reads one data line
+	rd    jsonx.Reader // reads one data line, or a reply body (Reply)
+	parts jsonx.Reader // a Responses reply's message parts
+	ans   answer
 
-	// The template: the last event fastEvent read whose first choice had
-	// text, as its bytes before that text's contents (tmpl[:tmplHead],
-	// through the opening quote) and after them (the next tmplTail bytes,
-	// from the closing quote), with what it counted. A server sends every
-	// token event of a response alike but for that text, so an event that
-	// is the template's bytes around other non-empty, valid string
-	// contents counts what the template did, and its JSON is not walked:
-	// a walk read the same bytes to the same end. Walking each event was
-	// most of a streamed chunk's cost (0.9 of 2 µs under wazero).
+	// The template: the last event whose answer text was non-empty, as its
+	// bytes before that text's contents (tmpl[:tmplHead], through the
+	// opening quote) and after them (the next tmplTail bytes, from the
+	// closing quote), with what it counted. A server sends every token
+	// event of a response alike but for that text, so an event that is the
+	// template's bytes around other non-empty, valid string contents
+	// counts what the template did, and its JSON is not walked: a walk
+	// would read the same bytes to the same end. Walking each event is
+	// most of a streamed chunk's cost (BenchmarkStreamCounterEvent);
+	// FuzzStreamTemplate holds the template to the walk.
 	tmpl       [tmplRoom]byte
 	tmplHead   int
 	tmplTail   int
@@ -92,14 +116,29 @@ type StreamCounter struct {
 // name, the choice's other fields) is a few hundred bytes.
 const tmplRoom = 1024
 
-// Reset prepares c for a new response.
+// Reset prepares c for a new response; it records no answer until Record.
 func (c *StreamCounter) Reset() {
 	c.Events, c.ContentDeltas, c.Oversized = 0, 0, 0
-	c.UsageCompletionTokens, c.UsagePromptTokens, c.HasUsage = 0, 0, false
+	c.UsageCompletionTokens, c.UsagePromptTokens, c.UsageCachedTokens = 0, 0, 0
+	c.HasUsage, c.HasCached, c.ResponseID, c.HasResponseID = false, false, 0, false
 	c.Finished, c.Done = false, false
 	c.carryLen, c.skipping = 0, false
 	c.tmplOK = false
+	c.ans.reset(0, nil)
 }
+
+// Record names the endpoint of kind the response answers and makes c write
+// the answer's text into w as the stream goes (or Reply reads the body),
+// framed as ParseText frames the assistant turn that quotes it in the next
+// request (see answer.go): the prompt's prefix chain, continued with what w
+// is given, begins the next request's chain. A nil w records nothing. Call
+// it after Reset, before the first Write.
+func (c *StreamCounter) Record(kind Kind, w io.Writer) { c.ans.reset(kind, w) }
+
+// Answer returns the bytes of the answer's text written to the Record
+// writer so far, and whether the stream ended whole and the turn's closing
+// separator was written (completions: the text ended).
+func (c *StreamCounter) Answer() (chars int64, whole bool) { return c.ans.chars, c.ans.whole }
 
 // Tokens returns the completion tokens so far: the usage count when the
 // server sent one, else ContentDeltas (a lower bound, see the type doc).
@@ -125,9 +164,9 @@ func (c *StreamCounter) Write(chunk []byte) (int, error) {
 			continue
 		}
 		if c.carryLen == 0 && c.tmplOK {
-			if k := c.templateEvent(chunk); k > 0 {
+			if k, end := c.templateEvent(chunk); k > 0 {
 				c.Events++
-				c.add(&c.tmplEv)
+				c.apply(&c.tmplEv, chunk, len(sseData)+1+c.tmplHead, end)
 				chunk = chunk[k:]
 				continue
 			}
@@ -158,7 +197,8 @@ func (c *StreamCounter) Write(chunk []byte) (int, error) {
 }
 
 // oversized handles a line known to exceed MaxLineBytes whose head is
-// c.carry[:c.carryLen] followed by rest.
+// c.carry[:c.carryLen] followed by rest. Its text cannot be recorded, so
+// the answer's text ends there.
 func (c *StreamCounter) oversized(rest []byte) {
 	var head [len(sseData)]byte
 	h := copy(head[:], c.carry[:c.carryLen])
@@ -167,6 +207,7 @@ func (c *StreamCounter) oversized(rest []byte) {
 		c.Events++
 		c.ContentDeltas++
 		c.Oversized++
+		c.ans.stop()
 	}
 	c.carryLen = 0
 	c.skipping = true
@@ -185,37 +226,70 @@ func (c *StreamCounter) line(l []byte) {
 	}
 	if string(l) == sseDone {
 		c.Done = true
+		c.ans.end()
 		return
 	}
 	c.Events++
 	if c.tmplOK && c.fromTemplate(l) {
-		c.add(&c.tmplEv)
+		c.apply(&c.tmplEv, l, c.tmplHead, len(l)-c.tmplTail)
 		return
 	}
-	if ev, ok := fastEvent(l); ok {
-		c.add(&ev)
-		c.learn(l, &ev)
-		return
+	var ev eventCounts
+	if !fastEvent(l, &ev) {
+		ev = eventCounts{}
+		c.walkEvent(l, &ev)
 	}
-	c.slowLine(l)
+	ev.seal()
+	c.apply(&ev, l, ev.textFrom, ev.textTo)
+	c.learn(l, &ev)
 }
 
-// add counts what one event carried.
-func (c *StreamCounter) add(ev *eventCounts) {
+// apply counts what one event carried and records its answer text, the
+// raw string contents d[from:to]. A token event with nothing to record
+// takes the first lines alone (BenchmarkStreamCounterEvent).
+func (c *StreamCounter) apply(ev *eventCounts, d []byte, from, to int) {
 	c.ContentDeltas += ev.deltas
-	c.Finished = c.Finished || ev.finished
-	if ev.hasUsage {
-		c.HasUsage = true
-		c.UsageCompletionTokens = max(c.UsageCompletionTokens, ev.usageC)
-		c.UsagePromptTokens = max(c.UsagePromptTokens, ev.usageP)
+	if ev.more || c.ans.state != answerOff {
+		c.applyMore(ev, d, from, to)
 	}
 }
 
-// learn makes event l, which fastEvent counted as ev, the template when
-// its first choice had text and its bytes fit.
+// applyMore is the rest of apply: the finish, usage, the response id, the
+// answer.
+func (c *StreamCounter) applyMore(ev *eventCounts, d []byte, from, to int) {
+	c.Finished = c.Finished || ev.finished
+	if ev.hasCompletion {
+		c.HasUsage = true
+		c.UsageCompletionTokens = max(c.UsageCompletionTokens, ev.usage.CompletionTokens)
+	}
+	if ev.hasPrompt {
+		c.UsagePromptTokens = max(c.UsagePromptTokens, ev.usage.PromptTokens)
+	}
+	if ev.usage.HasCached {
+		c.HasCached = true
+		c.UsageCachedTokens = max(c.UsageCachedTokens, ev.usage.CachedTokens)
+	}
+	if ev.idTo > ev.idFrom && !c.HasResponseID {
+		c.ResponseID, c.HasResponseID = idHash(d[ev.idFrom:ev.idTo]), true
+	}
+	if ev.textTo > ev.textFrom {
+		c.ans.text(d, from, to, ev.block)
+	}
+	if ev.stop {
+		c.ans.stop()
+	}
+	if ev.end {
+		c.Done = true
+		c.ans.end()
+	}
+}
+
+// learn makes event l, counted as ev, the template when it carried answer
+// text and its bytes fit. An event with a response id is never one: the id
+// is not the template's to repeat.
 func (c *StreamCounter) learn(l []byte, ev *eventCounts) {
 	head, tail := ev.textFrom, len(l)-ev.textTo
-	if c.noTemplate || ev.textTo <= ev.textFrom || head+tail > tmplRoom {
+	if c.noTemplate || ev.textTo <= ev.textFrom || ev.idTo > ev.idFrom || head+tail > tmplRoom {
 		return
 	}
 	copy(c.tmpl[:head], l[:head])
@@ -236,154 +310,24 @@ func (c *StreamCounter) fromTemplate(l []byte) bool {
 
 // templateEvent returns the length, newline included, of the line that
 // chunk starts with when it is "data: " and an event fromTemplate counts,
-// ended by '\n'; else 0. Such a line holds no other newline (the
-// template's bytes come from a line, and a JSON string holds no control
-// byte), so it is the line Write would find, without the search for its
-// end: that search was 53 of a streamed token event's 126 loop iterations
-// (binaryen's --log-execution), and the event took 208 ns under wazero
-// with it, 156 ns without (BenchmarkStreamCounterEvent).
-func (c *StreamCounter) templateEvent(chunk []byte) int {
+// ended by '\n' and at most MaxLineBytes long (a longer one is oversized),
+// and the offset in chunk of its text's closing quote; else 0. Such a line
+// holds no other newline (the template's bytes come from a
+// line, and a JSON string holds no control byte), so it is the line Write
+// would find, without the search for its end, a large part of a token
+// event's cost (BenchmarkStreamCounterEvent).
+func (c *StreamCounter) templateEvent(chunk []byte) (n, end int) {
 	const dataPrefix = sseData + " "
 	p, head, tail := len(dataPrefix), c.tmplHead, c.tmplTail
 	if len(chunk) <= p+head+tail || string(chunk[:p]) != dataPrefix ||
 		tail > 0 && c.tmpl[head+tail-1] == '\r' || // line would strip it
 		!prefix.SameBytes(chunk[p:p+head], c.tmpl[:head]) {
-		return 0
+		return 0, 0
 	}
-	end, _ := jsonx.StringEnd(chunk, p+head)
-	if end <= p+head || end+tail >= len(chunk) || chunk[end+tail] != '\n' ||
+	end, _ = jsonx.StringEnd(chunk, p+head)
+	if end <= p+head || end+tail >= len(chunk) || chunk[end+tail] != '\n' || end+tail > MaxLineBytes ||
 		!prefix.SameBytes(chunk[end:end+tail], c.tmpl[head:head+tail]) {
-		return 0
+		return 0, 0
 	}
-	return end + tail + 1
-}
-
-// slowLine reads a data event with the jsonx walk (fastEvent declined it).
-// Each event is read as far as it is valid JSON: what was counted before a
-// syntax error stays counted, as the servers never send broken events.
-func (c *StreamCounter) slowLine(l []byte) {
-	r := &c.rd
-	r.Reset(l)
-	if !r.Object() {
-		return
-	}
-	for r.Member() {
-		switch string(r.Key()) {
-		case FieldChoices:
-			if r.Kind() == jsonx.Array {
-				r.Array()
-				for r.Elem() {
-					if r.Kind() == jsonx.Object {
-						c.choice(r)
-					}
-				}
-			}
-		case FieldUsage:
-			if r.Kind() == jsonx.Object {
-				if u, ok := usageObject(r); ok {
-					c.HasUsage = true
-					c.UsageCompletionTokens = max(c.UsageCompletionTokens, u.CompletionTokens)
-					c.UsagePromptTokens = max(c.UsagePromptTokens, u.PromptTokens)
-				}
-			}
-		}
-	}
-}
-
-// choice reads one element of "choices" and counts it when it carried
-// generated text.
-func (c *StreamCounter) choice(r *jsonx.Reader) {
-	hit := false
-	r.Object()
-	for r.Member() {
-		switch string(r.Key()) {
-		case FieldDelta:
-			if r.Kind() != jsonx.Object {
-				continue
-			}
-			r.Object()
-			for r.Member() {
-				switch string(r.Key()) {
-				case FieldContent, FieldReasoning, FieldReasoning2:
-					if v := r.Value(); v.Kind == jsonx.String && len(v.Raw) > 0 {
-						hit = true
-					}
-				case FieldToolCalls:
-					if r.Kind() == jsonx.Array {
-						r.Array()
-						if r.Elem() { // any element: a tool-call delta
-							hit = true
-							for r.Elem() { // leave the array: the delta's members go on
-							}
-						}
-					}
-				}
-			}
-		case FieldText:
-			if v := r.Value(); v.Kind == jsonx.String && len(v.Raw) > 0 {
-				hit = true
-			}
-		case FieldFinish:
-			if k := r.Value().Kind; k != jsonx.Null && k != jsonx.None {
-				c.Finished = true
-			}
-		}
-	}
-	if hit {
-		c.ContentDeltas++
-	}
-}
-
-// Usage is the token accounting of a response.
-type Usage struct {
-	PromptTokens     int64
-	CompletionTokens int64
-}
-
-// ParseUsage reads "usage" from a complete non-streamed response body. ok is
-// false when the body has no usage object with a non-negative integer
-// "completion_tokens" (a missing or bad "prompt_tokens" reads as 0).
-func ParseUsage(body []byte) (u Usage, ok bool) {
-	var r jsonx.Reader
-	r.Reset(body)
-	if !r.Object() {
-		return Usage{}, false
-	}
-	for r.Member() {
-		if string(r.Key()) != FieldUsage {
-			continue
-		}
-		// The first "usage" decides; the rest of the body is not read.
-		if r.Kind() != jsonx.Object {
-			return Usage{}, false
-		}
-		return usageObject(&r)
-	}
-	return Usage{}, false
-}
-
-// usageObject reads the usage object due next in r. A member that is not a
-// non-negative integer is ignored; a syntax error inside voids the object.
-func usageObject(r *jsonx.Reader) (u Usage, ok bool) {
-	r.Object()
-	for r.Member() {
-		v := r.Value()
-		if v.Kind != jsonx.Number {
-			continue
-		}
-		n, good := jsonx.ParseInt(v.Raw)
-		if !good || n < 0 {
-			continue
-		}
-		switch string(r.Key()) {
-		case FieldCompleteTok:
-			u.CompletionTokens, ok = n, true
-		case FieldPromptTok:
-			u.PromptTokens = n
-		}
-	}
-	if r.Err() != nil {
-		return Usage{}, false
-	}
-	return u, ok
+	return end + tail + 1, end
 }

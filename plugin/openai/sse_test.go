@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 )
@@ -19,14 +20,15 @@ const vllmChatStream = "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":
 
 type sseWant struct {
 	events, deltas, oversized int
-	usageC, usageP            int64
-	hasUsage, finished, done  bool
+	usageC, usageP, cached    int64
+	hasUsage, hasCached       bool
+	finished, done            bool
 	tokens                    int64
 }
 
 func counts(c *StreamCounter) sseWant {
 	return sseWant{c.Events, c.ContentDeltas, c.Oversized, c.UsageCompletionTokens, c.UsagePromptTokens,
-		c.HasUsage, c.Finished, c.Done, c.Tokens()}
+		c.UsageCachedTokens, c.HasUsage, c.HasCached, c.Finished, c.Done, c.Tokens()}
 }
 
 func TestStreamCounter(t *testing.T) {
@@ -121,7 +123,7 @@ func TestParseUsage(t *testing.T) {
 }
 
 // FuzzSSEFastPath holds fastEvent to the jsonx walk: whenever it accepts an
-// event, its counts are the walk's.
+// event, what it counts (the answer's text span included) is the walk's.
 func FuzzSSEFastPath(f *testing.F) {
 	for _, s := range []string{
 		`{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":" token"},"logprobs":null,"finish_reason":null}]}`,
@@ -136,21 +138,21 @@ func FuzzSSEFastPath(f *testing.F) {
 		`{"choices":[{"delta":{"content":"a` + "\x01" + `"}}]}`,
 		`{"x":[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]}`,
 		`{"x":-0.5e+7,"y":01,"z":nul}`,
+		`{"choices":[{"index":1,"delta":{"content":"b"}},{"delta":{"content":"a","content":"c"},"index":0}]}`,
+		`{"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":4,"x":[1]},"input_tokens_details":null}}`,
+		`{"usage":{"input_tokens":3,"cache_read_input_tokens":5,"cache_creation_input_tokens":1,"output_tokens":2}}`,
+		`{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"a"}}`,
 	} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, event string) {
-		ev, ok := fastEvent([]byte(event))
-		if !ok {
+		var ev, want eventCounts
+		if !fastEvent([]byte(event), &ev) {
 			return
 		}
 		var slow StreamCounter
-		slow.slowLine([]byte(event))
-		got := sseWant{deltas: ev.deltas, finished: ev.finished, hasUsage: ev.hasUsage, usageC: ev.usageC, usageP: ev.usageP}
-		want := sseWant{deltas: slow.ContentDeltas, finished: slow.Finished, hasUsage: slow.HasUsage,
-			usageC: slow.UsageCompletionTokens, usageP: slow.UsagePromptTokens}
-		if got != want {
-			t.Fatalf("fastEvent(%q) = %+v, want %+v (jsonx walk)", event, got, want)
+		if slow.walkEvent([]byte(event), &want); ev != want {
+			t.Fatalf("fastEvent(%q) = %+v, want %+v (jsonx walk)", event, ev, want)
 		}
 	})
 }
@@ -162,7 +164,8 @@ func TestFastEventTakes(t *testing.T) {
 		if !ok || event == "[DONE]" {
 			continue
 		}
-		if _, ok := fastEvent([]byte(event)); !ok {
+		var ev eventCounts
+		if !fastEvent([]byte(event), &ev) {
 			t.Errorf("fastEvent(%q) declined a server's event", event)
 		}
 	}
@@ -204,8 +207,8 @@ func TestStreamTemplate(t *testing.T) {
 	}
 }
 
-// FuzzStreamTemplate: a stream counts the same with templates as with
-// every event walked.
+// FuzzStreamTemplate: a stream reads the same with templates as with every
+// event walked, the answer recorded included.
 func FuzzStreamTemplate(f *testing.F) {
 	f.Add(vllmChatStream, uint16(7))
 	tok := func(text, finish string) string {
@@ -217,16 +220,23 @@ func FuzzStreamTemplate(f *testing.F) {
 	f.Add("data: {\"choices\":[{\"text\":\"a\"},{\"text\":\"\"}]}\n\ndata: {\"choices\":[{\"text\":\"b\"},{\"text\":\"\"}]}\n\n"+
 		"data: {\"choices\":[{\"text\":\"b\"},{\"text\":\"c\"}]}\n\n", uint16(3))
 	f.Add("data: {\"choices\":[{\"delta\":{\"content\":\"a\",\"tool_calls\":[{}]}}]}\n\ndata: {\"choices\":[{\"delta\":{\"content\":\"b\",\"tool_calls\":[{}]}}]}\n\n", uint16(9))
+	f.Add(vllmMessagesStream, uint16(1023))
+	f.Add(anthropicMessagesStream, uint16(40))
+	f.Add(responsesStream, uint16(2))
 	f.Fuzz(func(t *testing.T, stream string, split uint16) {
 		var fast, walked StreamCounter
+		var fastRec, walkedRec bytes.Buffer
 		walked.noTemplate = true
+		kind := Kind(split>>10%4 + 1)
+		fast.Record(kind, &fastRec)
+		walked.Record(kind, &walkedRec)
 		b := []byte(stream)
 		step := int(split%1024) + 1 // whole events in a chunk too (templateEvent)
 		for i := 0; i < len(b); i += step {
 			fast.Write(b[i:min(i+step, len(b))])
 			walked.Write(b[i:min(i+step, len(b))])
 		}
-		if got, want := counts(&fast), counts(&walked); got != want {
+		if got, want := readOf(&fast, &fastRec), readOf(&walked, &walkedRec); got != want {
 			t.Fatalf("StreamCounter(%q) with templates = %+v, walking every event %+v", stream, got, want)
 		}
 	})

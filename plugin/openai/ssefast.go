@@ -4,126 +4,174 @@ import (
 	"github.com/gpuroute/gpuroute/plugin/jsonx"
 )
 
-// The fast event reader. Under wazero the jsonx.Reader walk of one streamed
-// event (about 150 bytes: a Member and a Value call per field, each with its
-// state checks) cost ~2.6 µs of the ~3 µs StreamCounter.Write spent per
-// chunk. fastEvent reads the same grammar with index arithmetic and no
-// per-token calls, for events that are well-formed and plain: no escapes in
-// keys, nesting at most fastMaxDepth. On anything else (a syntax error
-// included) it gives up before counting anything and line falls back to the
-// jsonx walk, so the counts are the jsonx walk's on every input
-// (FuzzSSEFastPath holds the two to that). The step past each member or
-// element (space, then ',' or the closer) is written out at every level on
-// purpose: as a helper it is too big to inline, and the call per separator
-// made StreamCounter 13–17% slower under wazero (6.9 → 7.8–8.1 µs).
-
-// fastMaxDepth bounds the nesting fastEvent follows; deeper events go to the
-// jsonx walk, which alone knows its MaxDepth rule.
-const fastMaxDepth = 16
+// The fast event reader. fastEvent reads the grammar of one streamed event
+// with index arithmetic (jsonx.SkipSpace, jsonx.SkipValue) instead of a
+// jsonx.Reader call per field, for events that are well-formed and plain:
+// no escapes in keys. On anything else (a syntax error included) it gives
+// up before counting anything and line falls back to the jsonx walk, so the
+// counts are the walk's on every input (FuzzSSEFastPath holds the two to
+// that). The step past each member or element (space, then ',' or the
+// closer) is written out at every level on purpose: as a helper it is too
+// big to inline, and a call per separator costs more than the step on wasm
+// (docs/performance.md, "Go on wasm"; BenchmarkStreamCounter).
 
 // eventCounts is what one event adds to a StreamCounter.
 type eventCounts struct {
 	deltas   int
 	finished bool
-	hasUsage bool
-	usageC   int64 // largest completion_tokens of the event's usage objects
-	usageP   int64
-	// textFrom and textTo delimit the raw contents of the first choice's
-	// generated text (its delta's "content", or its "text") when it is
-	// not empty; equal (0) otherwise.
+	end      bool // the stream's last event (message_stop, response.completed, ...)
+	stop     bool // a tool call begins: the answer's text ends
+	// usage is the largest of each count the event's usage objects gave;
+	// hasCompletion and hasPrompt report those counts (HasCached its own).
+	usage                    Usage
+	hasCompletion, hasPrompt bool
+	// textFrom and textTo delimit the raw contents of the answer's text the
+	// event carries (choice 0's delta "content" or "text", a Messages
+	// text_delta, a Responses output_text delta) when it is not empty;
+	// equal (0) otherwise. block is the content block or part it is of.
+	textFrom, textTo, block int
+	// idFrom and idTo delimit a Responses response "id".
+	idFrom, idTo int
+	// more reports any of finished, usage, id, stop or end (seal sets it).
+	more bool
+}
+
+// seal sets ev.more once the event is read.
+func (ev *eventCounts) seal() {
+	ev.more = ev.finished || ev.hasCompletion || ev.hasPrompt || ev.usage.HasCached || ev.idTo > ev.idFrom || ev.stop || ev.end
+}
+
+// addUsage merges a usage object's counts into ev. promptOnly takes the
+// prompt's counts alone (a Messages message_start: its output count is not
+// the answer's).
+func (ev *eventCounts) addUsage(f *usageFields, promptOnly bool) {
+	u, completion, prompt := f.usage()
+	if completion && !promptOnly {
+		ev.hasCompletion = true
+		ev.usage.CompletionTokens = max(ev.usage.CompletionTokens, u.CompletionTokens)
+	}
+	if prompt {
+		ev.hasPrompt = true
+		ev.usage.PromptTokens = max(ev.usage.PromptTokens, u.PromptTokens)
+	}
+	if u.HasCached {
+		ev.usage.HasCached = true
+		ev.usage.CachedTokens = max(ev.usage.CachedTokens, u.CachedTokens)
+	}
+}
+
+// choiceCounts is what one element of "choices" carried.
+type choiceCounts struct {
+	hit, finished bool
+	tools         bool // a tool-call delta
+	other         bool // "index" is not 0: not the recorded choice
+	// textFrom and textTo delimit its first non-empty "content" or "text".
 	textFrom, textTo int
 }
 
-// fastEvent reads the data event d. ok is false when d is not a plain,
-// well-formed event (then nothing may be concluded from ev).
-func fastEvent(d []byte) (ev eventCounts, ok bool) {
-	i := skipWS(d, 0)
-	if i >= len(d) || d[i] != '{' {
-		return ev, false
+// addChoice counts choice ch into ev: choice 0's first text is the
+// answer's, and its tool calls end the answer.
+func (ev *eventCounts) addChoice(ch *choiceCounts) {
+	if ch.hit {
+		ev.deltas++
 	}
-	i = skipWS(d, i+1)
+	ev.finished = ev.finished || ch.finished
+	if ch.other {
+		return
+	}
+	if ev.textTo == 0 && ch.textTo > ch.textFrom {
+		ev.textFrom, ev.textTo = ch.textFrom, ch.textTo
+	}
+	ev.stop = ev.stop || ch.tools
+}
+
+// setText records the span of a choice's first non-empty text.
+func (ch *choiceCounts) setText(from, to int, some bool) {
+	if some && ch.textTo == 0 {
+		ch.textFrom, ch.textTo = from, to
+	}
+}
+
+// fastEvent reads the data event d into ev. ok is false when d is not a
+// plain, well-formed event (then nothing may be concluded from ev).
+func fastEvent(d []byte, ev *eventCounts) (ok bool) {
+	i := jsonx.SkipSpace(d, 0)
+	if i >= len(d) || d[i] != '{' {
+		return false
+	}
+	i = jsonx.SkipSpace(d, i+1)
 	if i < len(d) && d[i] == '}' {
-		return ev, true
+		return true
 	}
 	for {
 		key, v := fastKey(d, i)
 		if v < 0 {
-			return ev, false
+			return false
 		}
 		i = v
 		switch string(key) {
 		case FieldChoices:
 			if d[i] == '[' {
-				i = skipWS(d, i+1)
+				i = jsonx.SkipSpace(d, i+1)
 				if i < len(d) && d[i] == ']' {
 					i++
 					break
 				}
-				for first := true; ; first = false {
+				for {
 					if i >= len(d) {
-						return ev, false
+						return false
 					}
 					if d[i] == '{' {
-						var hit, fin bool
-						text := &ev // where the first choice's text span goes
-						if !first {
-							text = nil
+						var ch choiceCounts
+						if i = fastChoice(d, i, &ch); i < 0 {
+							return false
 						}
-						if i, hit, fin = fastChoice(d, i, text); i < 0 {
-							return ev, false
-						}
-						if hit {
-							ev.deltas++
-						}
-						ev.finished = ev.finished || fin
-					} else if i = skipValue(d, i, 2); i < 0 {
-						return ev, false
+						ev.addChoice(&ch)
+					} else if i = jsonx.SkipValue(d, i, 2); i < 0 {
+						return false
 					}
-					if i = skipWS(d, i); i >= len(d) {
-						return ev, false
+					if i = jsonx.SkipSpace(d, i); i >= len(d) {
+						return false
 					}
 					if d[i] == ']' {
 						i++
 						break
 					}
 					if d[i] != ',' {
-						return ev, false
+						return false
 					}
-					i = skipWS(d, i+1)
+					i = jsonx.SkipSpace(d, i+1)
 				}
-			} else if i = skipValue(d, i, 1); i < 0 {
-				return ev, false
+			} else if i = jsonx.SkipValue(d, i, 1); i < 0 {
+				return false
 			}
 		case FieldUsage:
 			if d[i] == '{' {
-				var u Usage
-				var got bool
-				if i, u, got = fastUsage(d, i); i < 0 {
-					return ev, false
+				var f usageFields
+				if i = fastUsage(d, i, &f); i < 0 {
+					return false
 				}
-				if got {
-					ev.hasUsage = true
-					ev.usageC = max(ev.usageC, u.CompletionTokens)
-					ev.usageP = max(ev.usageP, u.PromptTokens)
-				}
-			} else if i = skipValue(d, i, 1); i < 0 {
-				return ev, false
+				ev.addUsage(&f, false)
+			} else if i = jsonx.SkipValue(d, i, 1); i < 0 {
+				return false
 			}
+		case FieldType:
+			return false // a Messages or Responses event: the walk reads those
 		default:
-			if i = skipValue(d, i, 1); i < 0 {
-				return ev, false
+			if i = jsonx.SkipValue(d, i, 1); i < 0 {
+				return false
 			}
 		}
-		if i = skipWS(d, i); i >= len(d) {
-			return ev, false
+		if i = jsonx.SkipSpace(d, i); i >= len(d) {
+			return false
 		}
 		switch d[i] {
 		case '}':
-			return ev, true // what follows the object is not read, as in the jsonx walk
+			return true // what follows the object is not read, as in the jsonx walk
 		case ',':
-			i = skipWS(d, i+1)
+			i = jsonx.SkipSpace(d, i+1)
 		default:
-			return ev, false
+			return false
 		}
 	}
 }
@@ -142,41 +190,39 @@ func fastKey(d []byte, i int) (key []byte, v int) {
 	}
 	j := q + 1
 	if j < len(d) && d[j] != ':' {
-		j = skipWS(d, j)
+		j = jsonx.SkipSpace(d, j)
 	}
 	if j >= len(d) || d[j] != ':' {
 		return nil, -1
 	}
-	if j = skipWS(d, j+1); j >= len(d) {
+	if j = jsonx.SkipSpace(d, j+1); j >= len(d) {
 		return nil, -1
 	}
 	return d[i+1 : q], j
 }
 
-// fastChoice reads the choice object at d[i]: the offset after it, whether
-// it carried generated text, and whether it had a non-null finish_reason.
-// With text not nil (the first choice) it records there the span of its
-// "content" or "text" (setText).
-func fastChoice(d []byte, i int, text *eventCounts) (end int, hit, finished bool) {
-	i = skipWS(d, i+1)
+// fastChoice reads the choice object at d[i] into ch and returns the
+// offset after it, or -1.
+func fastChoice(d []byte, i int, ch *choiceCounts) int {
+	i = jsonx.SkipSpace(d, i+1)
 	if i < len(d) && d[i] == '}' {
-		return i + 1, false, false
+		return i + 1
 	}
 	for {
 		key, v := fastKey(d, i)
 		if v < 0 {
-			return -1, false, false
+			return -1
 		}
 		i = v
 		switch string(key) {
 		case FieldDelta:
 			if d[i] != '{' {
-				if i = skipValue(d, i, 3); i < 0 {
-					return -1, false, false
+				if i = jsonx.SkipValue(d, i, 3); i < 0 {
+					return -1
 				}
 				break
 			}
-			i = skipWS(d, i+1)
+			i = jsonx.SkipSpace(d, i+1)
 			if i < len(d) && d[i] == '}' {
 				i++
 				break
@@ -184,7 +230,7 @@ func fastChoice(d []byte, i int, text *eventCounts) (end int, hit, finished bool
 			for {
 				key, v := fastKey(d, i)
 				if v < 0 {
-					return -1, false, false
+					return -1
 				}
 				i = v
 				switch string(key) {
@@ -192,116 +238,145 @@ func fastChoice(d []byte, i int, text *eventCounts) (end int, hit, finished bool
 					start := i
 					var some bool
 					if i, some = textValue(d, i, 4); i < 0 {
-						return -1, false, false
+						return -1
 					}
-					hit = hit || some
+					ch.hit = ch.hit || some
 					if string(key) == FieldContent {
-						text.setText(start+1, i-1, some)
+						ch.setText(start+1, i-1, some)
 					}
 				case FieldToolCalls:
 					if d[i] == '[' {
-						if j := skipWS(d, i+1); j < len(d) && d[j] != ']' {
-							hit = true // any element: a tool-call delta
+						if j := jsonx.SkipSpace(d, i+1); j < len(d) && d[j] != ']' {
+							ch.hit, ch.tools = true, true // any element: a tool-call delta
 						}
 					}
-					if i = skipValue(d, i, 4); i < 0 {
-						return -1, false, false
+					if i = jsonx.SkipValue(d, i, 4); i < 0 {
+						return -1
 					}
 				default:
-					if i = skipValue(d, i, 4); i < 0 {
-						return -1, false, false
+					if i = jsonx.SkipValue(d, i, 4); i < 0 {
+						return -1
 					}
 				}
-				if i = skipWS(d, i); i >= len(d) {
-					return -1, false, false
+				if i = jsonx.SkipSpace(d, i); i >= len(d) {
+					return -1
 				}
 				if d[i] == '}' {
 					i++
 					break
 				}
 				if d[i] != ',' {
-					return -1, false, false
+					return -1
 				}
-				i = skipWS(d, i+1)
+				i = jsonx.SkipSpace(d, i+1)
 			}
 		case FieldText:
 			start := i
 			var some bool
 			if i, some = textValue(d, i, 3); i < 0 {
-				return -1, false, false
+				return -1
 			}
-			hit = hit || some
-			text.setText(start+1, i-1, some)
+			ch.hit = ch.hit || some
+			ch.setText(start+1, i-1, some)
 		case FieldFinish:
 			if d[i] != 'n' { // a valid value starting with 'n' is null
-				finished = true
+				ch.finished = true
 			}
-			if i = skipValue(d, i, 3); i < 0 {
-				return -1, false, false
+			if i = jsonx.SkipValue(d, i, 3); i < 0 {
+				return -1
 			}
+		case FieldIndex:
+			start := i
+			if i = jsonx.SkipValue(d, i, 3); i < 0 {
+				return -1
+			}
+			ch.other = i != start+1 || d[start] != '0'
 		default:
-			if i = skipValue(d, i, 3); i < 0 {
-				return -1, false, false
+			if i = jsonx.SkipValue(d, i, 3); i < 0 {
+				return -1
 			}
 		}
-		if i = skipWS(d, i); i >= len(d) {
-			return -1, false, false
+		if i = jsonx.SkipSpace(d, i); i >= len(d) {
+			return -1
 		}
 		if d[i] == '}' {
-			return i + 1, hit, finished
+			return i + 1
 		}
 		if d[i] != ',' {
-			return -1, false, false
+			return -1
 		}
-		i = skipWS(d, i+1)
+		i = jsonx.SkipSpace(d, i+1)
 	}
 }
 
-// fastUsage reads the usage object at d[i] as usageObject does.
-func fastUsage(d []byte, i int) (end int, u Usage, ok bool) {
-	i = skipWS(d, i+1)
+// fastUsage reads the usage object at d[i] into f as usageObject does and
+// returns the offset after it, or -1.
+func fastUsage(d []byte, i int, f *usageFields) int {
+	i = jsonx.SkipSpace(d, i+1)
 	if i < len(d) && d[i] == '}' {
-		return i + 1, u, false
+		return i + 1
 	}
 	for {
 		key, v := fastKey(d, i)
 		if v < 0 {
-			return -1, Usage{}, false
+			return -1
 		}
 		i = v
-		start := i
-		if i = skipValue(d, i, 2); i < 0 {
-			return -1, Usage{}, false
-		}
-		if c := d[start]; c == '-' || c >= '0' && c <= '9' {
-			if n, good := jsonx.ParseInt(d[start:i]); good && n >= 0 {
-				switch string(key) {
-				case FieldCompleteTok:
-					u.CompletionTokens, ok = n, true
-				case FieldPromptTok:
-					u.PromptTokens = n
-				}
+		if d[i] == '{' && details(key) {
+			if i = fastDetails(d, i, f); i < 0 {
+				return -1
+			}
+		} else {
+			start := i
+			if i = jsonx.SkipValue(d, i, 2); i < 0 {
+				return -1
+			}
+			if n, ok := tokenCount(d[start:i]); ok {
+				f.set(key, n)
 			}
 		}
-		if i = skipWS(d, i); i >= len(d) {
-			return -1, Usage{}, false
+		if i = jsonx.SkipSpace(d, i); i >= len(d) {
+			return -1
 		}
 		if d[i] == '}' {
-			return i + 1, u, ok
+			return i + 1
 		}
 		if d[i] != ',' {
-			return -1, Usage{}, false
+			return -1
 		}
-		i = skipWS(d, i+1)
+		i = jsonx.SkipSpace(d, i+1)
 	}
 }
 
-// setText records the span of the first choice's text: ev is nil for the
-// other choices, some false for an empty or null text, and a repeated key
-// keeps the first span.
-func (ev *eventCounts) setText(from, to int, some bool) {
-	if ev != nil && some && ev.textTo == 0 {
-		ev.textFrom, ev.textTo = from, to
+// fastDetails reads a usage object's *_tokens_details object at d[i] into
+// f and returns the offset after it, or -1.
+func fastDetails(d []byte, i int, f *usageFields) int {
+	i = jsonx.SkipSpace(d, i+1)
+	if i < len(d) && d[i] == '}' {
+		return i + 1
+	}
+	for {
+		key, v := fastKey(d, i)
+		if v < 0 {
+			return -1
+		}
+		start := v
+		if i = jsonx.SkipValue(d, v, 3); i < 0 {
+			return -1
+		}
+		if n, ok := tokenCount(d[start:i]); ok {
+			f.setDetail(key, n)
+		}
+		if i = jsonx.SkipSpace(d, i); i >= len(d) {
+			return -1
+		}
+		if d[i] == '}' {
+			return i + 1
+		}
+		if d[i] != ',' {
+			return -1
+		}
+		i = jsonx.SkipSpace(d, i+1)
 	}
 }
 
@@ -310,147 +385,11 @@ func (ev *eventCounts) setText(from, to int, some bool) {
 // which is generated text.
 func textValue(d []byte, i, depth int) (end int, text bool) {
 	if d[i] != '"' {
-		return skipValue(d, i, depth), false
+		return jsonx.SkipValue(d, i, depth), false
 	}
 	q, _ := jsonx.StringEnd(d, i+1)
 	if q < 0 {
 		return -1, false
 	}
 	return q + 1, q > i+1
-}
-
-// skipWS skips RFC 8259 whitespace from d[i].
-func skipWS(d []byte, i int) int {
-	for i < len(d) {
-		if c := d[i]; c != ' ' && c != '\n' && c != '\r' && c != '\t' {
-			break
-		}
-		i++
-	}
-	return i
-}
-
-// skipValue validates the value at d[i], nested depth containers deep, and
-// returns the offset after it, or -1 (invalid, cut, or deeper than
-// fastMaxDepth).
-func skipValue(d []byte, i, depth int) int {
-	if i >= len(d) {
-		return -1
-	}
-	switch c := d[i]; {
-	case c == '"':
-		q, _ := jsonx.StringEnd(d, i+1)
-		if q < 0 {
-			return -1
-		}
-		return q + 1
-	case c == '{' || c == '[':
-		return skipNested(d, i, depth)
-	case c == 't':
-		return literal(d, i, "true")
-	case c == 'f':
-		return literal(d, i, "false")
-	case c == 'n':
-		return literal(d, i, "null")
-	case c == '-' || c >= '0' && c <= '9':
-		return number(d, i)
-	}
-	return -1
-}
-
-// skipNested validates the object or array at d[i].
-func skipNested(d []byte, i, depth int) int {
-	if depth >= fastMaxDepth {
-		return -1
-	}
-	obj := d[i] == '{'
-	closer := byte(']')
-	if obj {
-		closer = '}'
-	}
-	i = skipWS(d, i+1)
-	if i < len(d) && d[i] == closer {
-		return i + 1
-	}
-	for {
-		if obj {
-			if i >= len(d) || d[i] != '"' {
-				return -1
-			}
-			q, _ := jsonx.StringEnd(d, i+1)
-			if q < 0 {
-				return -1
-			}
-			if i = skipWS(d, q+1); i >= len(d) || d[i] != ':' {
-				return -1
-			}
-			i = skipWS(d, i+1)
-		}
-		if i = skipValue(d, i, depth+1); i < 0 {
-			return -1
-		}
-		if i = skipWS(d, i); i >= len(d) {
-			return -1
-		}
-		if d[i] == closer {
-			return i + 1
-		}
-		if d[i] != ',' {
-			return -1
-		}
-		i = skipWS(d, i+1)
-	}
-}
-
-// literal matches word at d[i].
-func literal(d []byte, i int, word string) int {
-	if len(d)-i < len(word) || string(d[i:i+len(word)]) != word {
-		return -1
-	}
-	return i + len(word)
-}
-
-// number matches -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? at d[i]
-// (RFC 8259 §6) and returns the offset after it, or -1.
-func number(d []byte, i int) int {
-	n := len(d)
-	if d[i] == '-' {
-		i++
-	}
-	switch {
-	case i >= n:
-		return -1
-	case d[i] == '0':
-		i++
-	case d[i] >= '1' && d[i] <= '9':
-		i = digits(d, i+1)
-	default:
-		return -1
-	}
-	if i < n && d[i] == '.' {
-		j := digits(d, i+1)
-		if j == i+1 {
-			return -1
-		}
-		i = j
-	}
-	if i < n && (d[i] == 'e' || d[i] == 'E') {
-		i++
-		if i < n && (d[i] == '+' || d[i] == '-') {
-			i++
-		}
-		j := digits(d, i)
-		if j == i {
-			return -1
-		}
-		i = j
-	}
-	return i
-}
-
-func digits(d []byte, i int) int {
-	for i < len(d) && d[i] >= '0' && d[i] <= '9' {
-		i++
-	}
-	return i
 }

@@ -17,7 +17,7 @@ func TestSnapshotAdapterTiers(t *testing.T) {
 		t.Fatalf("config.Parse = %v", err)
 	}
 	r := &root{id: 1, vm: &vm{}}
-	if err := r.setup(cfg); err != nil {
+	if err := r.setup(cfg, nil); err != nil {
 		t.Fatalf("setup = %v", err)
 	}
 	r.scrape.snap.Replicas[0].Adapters = []shared.AdapterState{{Name: "sql"}, {Name: "chat", Waiting: true}}

@@ -15,9 +15,10 @@ import (
 // writes and reads; the ledger (and through it Pick) reads the merged
 // placements. Once a tick: placements last minutes.
 type adapterShare struct {
-	ledger  *scoring.Ledger
-	members *membership
-	on      bool // the configuration names adapters
+	ledger   *scoring.Ledger
+	members  *membership
+	on       bool // the configuration names adapters
+	replicas int  // the configured replicas: the ledger's retirees follow
 
 	mine, theirs shared.AdapterRecord
 	key          []byte
@@ -25,7 +26,7 @@ type adapterShare struct {
 }
 
 func (a *adapterShare) setup(cfg *config.Config, configID uint64, ledger *scoring.Ledger, m *membership) {
-	a.ledger, a.members, a.on = ledger, m, len(cfg.Adapters) > 0
+	a.ledger, a.members, a.on, a.replicas = ledger, m, len(cfg.Adapters) > 0, len(cfg.Replicas)
 	a.mine.ConfigID = configID
 }
 
@@ -36,7 +37,16 @@ func (a *adapterShare) exchange(now int64) {
 		return
 	}
 	a.mine.Worker = me
+	// A retiree's index names another replica, or none, in the others'
+	// numbering: only the configured replicas' placements are shared.
 	a.mine.Placements = a.ledger.AppendAdapterPlacements(a.mine.Placements[:0], now)
+	kept := a.mine.Placements[:0]
+	for _, pl := range a.mine.Placements {
+		if pl.Replica < a.replicas {
+			kept = append(kept, pl)
+		}
+	}
+	a.mine.Placements = kept
 	if buf, err := a.mine.AppendBinary(a.buf[:0]); err == nil {
 		a.buf = buf
 		a.key = shared.AppendAdapterKey(a.key[:0], me)

@@ -43,9 +43,27 @@ func (c *calibration) setup(cfg *config.Config) {
 func (c *calibration) observe(i, uncached int, ttftSec, waitSec float64) {
 	c.calibrators[i].Observe(&c.priors[i], uncached, ttftSec, waitSec)
 	c.hardware[i] = c.calibrators[i].Apply(&c.priors[i])
+	c.mark(i)
+}
+
+// mark lists replica i as changed, once.
+func (c *calibration) mark(i int) {
 	if !c.pending[i] {
 		c.pending[i] = true
 		c.changed = append(c.changed, i)
+	}
+}
+
+// adopt takes over what from learned of each replica that keeps its name
+// (named maps from's replicas to c's), unless its hardware profile changed:
+// the prefill cost is the hardware's, whichever pod runs on it
+// (reconfig.go).
+func (c *calibration) adopt(from *calibration, named []int) {
+	for i, j := range named {
+		if j >= 0 && from.priors[i] == c.priors[j] {
+			c.calibrators[j], c.hardware[j] = from.calibrators[i], from.hardware[i]
+			c.mark(j)
+		}
 	}
 }
 

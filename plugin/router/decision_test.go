@@ -23,7 +23,7 @@ func newDecisionRoot(tb testing.TB) *root {
 		tb.Fatalf("config.Parse(benchConfig) = %v", err)
 	}
 	r := &root{id: 1, vm: &vm{}}
-	if err := r.setup(cfg); err != nil {
+	if err := r.setup(cfg, nil); err != nil {
 		tb.Fatalf("setup = %v", err)
 	}
 	return r
@@ -107,7 +107,7 @@ func TestResolveModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := &root{id: 1, vm: &vm{}}
-	if err := r.setup(cfg); err != nil {
+	if err := r.setup(cfg, nil); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct{ model, base, adapter string }{

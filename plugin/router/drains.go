@@ -27,14 +27,15 @@ func drainOf(c *config.Replica) (scoring.DrainState, int64) {
 // enforceDrains ends what still streams from a replica whose drain deadline
 // passed: reset the stream so the client or Envoy's retry re-dispatches it
 // (paying the prefill again). No drain waits forever (TestDrainDeadline).
-// It covers the VM's streams routed by earlier roots too, matched by
-// address.
+// It covers the streams of the retirees (the replicas a configuration
+// change removed; TestScaleUnderLoad) and the streams routed by earlier
+// roots, which the serving root adopted; a retiree with no stream left is
+// gone.
 func (r *root) enforceDrains(now int64) {
-	replicas := r.view.replicas
 	live := &r.vm.live
 	for i := 0; i < len(*live); {
 		s := (*live)[i]
-		if j := replicaAt(replicas, s.addr); j >= 0 && replicas[j].DrainAt(now) == scoring.Drained {
+		if s.replica >= 0 && r.drainedAt(s.replica, now) {
 			r.stats.add(r.stats.drainResets, 1)
 			s.forceEnd()
 			continue // forceEnd removed s from live
@@ -42,10 +43,42 @@ func (r *root) enforceDrains(now int64) {
 		i++
 	}
 	var closed uint64
-	for i := range replicas {
-		if replicas[i].DrainAt(now) != scoring.Serving {
+	for i := range r.view.replicas {
+		if r.view.replicas[i].DrainAt(now) != scoring.Serving {
+			closed++
+		}
+	}
+	n := len(r.view.replicas)
+	for k := range r.retirees {
+		t := &r.retirees[k]
+		if !t.gone && r.ledger.InFlightOn(n+k) == 0 && !r.streamsOn(n+k) {
+			t.gone = true
+			r.log.info("removed replica " + t.name + " drained")
+		}
+		if !t.gone {
 			closed++
 		}
 	}
 	r.stats.set(r.stats.closedReplicas, closed)
+}
+
+// drainedAt reports whether the replica at ledger index i (a configured
+// replica or a retiree) is closed to its streams at now.
+func (r *root) drainedAt(i int, now int64) bool {
+	n := len(r.view.replicas)
+	if i < n {
+		return r.view.replicas[i].DrainAt(now) == scoring.Drained
+	}
+	return i-n < len(r.retirees) && now >= r.retirees[i-n].deadlineNanos
+}
+
+// streamsOn reports whether a stream of this VM is on the replica at ledger
+// index i (one the ledger does not count: it was full).
+func (r *root) streamsOn(i int) bool {
+	for _, s := range r.vm.live {
+		if s.replica == i {
+			return true
+		}
+	}
+	return false
 }

@@ -31,7 +31,6 @@ type goDriver struct {
 	serving   types.PluginContext
 	candidate types.PluginContext
 	nextRoot  uint32
-	period    uint32
 	oldErrors []string
 }
 
@@ -62,7 +61,6 @@ func (d *goDriver) configure(cfg string) bool {
 	ok := d.host.StartPlugin() == types.OnPluginStartStatusOK
 	if ok {
 		d.serving = d.candidate
-		d.period = d.host.GetTickPeriod()
 	}
 	d.candidate = nil
 	return ok
@@ -88,7 +86,7 @@ func (d *goDriver) request(hdrs [][2]string, body string) ([][2]string, types.Ac
 }
 
 func (d *goDriver) tick()                    { d.host.Tick() }
-func (d *goDriver) tickPeriodMillis() uint32 { return d.period }
+func (d *goDriver) tickPeriodMillis() uint32 { return d.host.GetTickPeriod() }
 
 func (d *goDriver) sharedData(key string) ([]byte, uint32, bool) {
 	v, cas, err := proxy.GetSharedData(key)

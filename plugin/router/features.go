@@ -31,6 +31,9 @@ type features struct {
 	req    scoring.Request
 
 	models map[string]string // interned base model names
+	// adapters names the configured adapters by prefix.HashString of
+	// their name, the key of the ledger's adapter memory.
+	adapters map[uint64]string
 	// last is the last "model" value resolved (resolveModel).
 	last struct {
 		name          []byte
@@ -48,6 +51,10 @@ func (f *features) setup(cfg *config.Config, st *stats) {
 	f.hasher.Init(cfg.BlockChars, maxChainBytes/cfg.BlockChars)
 	f.memo.Init(&f.hasher, 0, 0, 0)
 	f.models = make(map[string]string)
+	f.adapters = make(map[uint64]string, len(cfg.Adapters))
+	for name := range cfg.Adapters {
+		f.adapters[prefix.HashString(name)] = name
+	}
 	f.last.name = make([]byte, 0, openai.MaxModelBytes)
 }
 
@@ -136,4 +143,11 @@ func (f *features) lookupModel(model []byte) (base, adapter string) {
 func adapterKey(model, adapter string) uint64 {
 	const salt = 0x6c6f72612d6b6579 // "lora-key"
 	return prefix.HashString(adapter) ^ bits.RotateLeft64(prefix.HashString(model), 29) ^ salt
+}
+
+// adapterNamed returns the configured adapter whose name hashes to h (the
+// ledger's adapter memory keeps hashes).
+func (f *features) adapterNamed(h uint64) (string, bool) {
+	name, ok := f.adapters[h]
+	return name, ok
 }

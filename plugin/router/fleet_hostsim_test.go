@@ -76,6 +76,14 @@ var start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 func newTestFleet(t *testing.T, workers, replicas int, extra string) *testFleet {
 	t.Helper()
+	f := newBareFleet(t, workers, replicas)
+	f.configure(f.config(extra, nil))
+	return f
+}
+
+// newBareFleet is newTestFleet without the configuration.
+func newBareFleet(t *testing.T, workers, replicas int) *testFleet {
+	t.Helper()
 	h, mod := wasmHost(t, hostsim.Options{Start: start})
 	f := &testFleet{t: t, h: h, mod: mod}
 	for i := range replicas {
@@ -90,7 +98,6 @@ func newTestFleet(t *testing.T, workers, replicas int, extra string) *testFleet 
 		}
 		f.vms = append(f.vms, vm)
 	}
-	f.configure(f.config(extra, nil))
 	return f
 }
 
@@ -156,6 +163,16 @@ func (f *testFleet) route(w int, content string) string {
 		f.t.Fatalf("Done = %v", err)
 	}
 	return dst
+}
+
+// fleetConfigID is the configuration id of a testFleet of n replicas
+// (shared.ConfigIDOf their names and addresses, as the root computes it).
+func fleetConfigID(n int) uint64 {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = "r" + strconv.Itoa(i) + "\x0010.0.0." + strconv.Itoa(i+1) + ":8000"
+	}
+	return shared.ConfigIDOf(ids)
 }
 
 // logsWith counts the guest log lines of h that contain s.
@@ -307,9 +324,9 @@ func TestDrainDeadline(t *testing.T) {
 }
 
 // TestStatsTallyAtTick: a routed request's counts reach Envoy at the
-// root's next tick, an event's at once; a root whose plugin stopped passes
-// what it had and then each count at once, so the in-flight gauge of its
-// last streams returns to zero without another tick of it.
+// root's next tick, an event's at once; a root replaced by a new
+// configuration passes what it had at once, and the new root, which
+// adopted its stream, counts the stream's end at its own tick.
 func TestStatsTallyAtTick(t *testing.T) {
 	f := newTestFleet(t, 1, 2, "")
 	f.advance(200 * time.Millisecond)
@@ -337,8 +354,9 @@ func TestStatsTallyAtTick(t *testing.T) {
 	if err := s.Done(); err != nil {
 		t.Fatal(err)
 	}
+	f.advance(100 * time.Millisecond)
 	if n := f.metric(statInFlight); n != 0 {
-		t.Errorf("%s after the stopped root's stream ended = %d, want 0 with no tick", statInFlight, n)
+		t.Errorf("%s after the adopted stream ended and a tick = %d, want 0", statInFlight, n)
 	}
 }
 
@@ -362,7 +380,7 @@ func TestStreamAccounting(t *testing.T) {
 	if _, err := s.ResponseHeaders([][2]string{{":status", "200"}}, false); err != nil {
 		t.Fatal(err)
 	}
-	if got := headerValue(s.ResponseHeaderMap(), HeaderDecision); !strings.Contains(got, "chosen=10.0.0.") || !strings.Contains(got, "reason=") {
+	if got := headerValue(s.ResponseHeaderMap(), HeaderDecision); !strings.Contains(got, "chosen=r") || !strings.Contains(got, "reason=") {
 		t.Errorf("%s = %q, want the decision explained", HeaderDecision, got)
 	}
 	for range 5 {
@@ -418,23 +436,33 @@ func TestAffinityAcrossWorkersAndGateways(t *testing.T) {
 // TestOverload429: with max_wait_ms set, a fleet whose every replica is
 // queued beyond it sheds with 429 and an OpenAI-style body.
 func TestOverload429(t *testing.T) {
-	f := newTestFleet(t, 1, 2, `,"max_wait_ms":500`)
-	for _, r := range f.replicas {
-		r.set(func(r *fakeReplica) { r.waiting, r.running = 200, 256 })
+	// Retry-After: about the best queue's excess over max_wait_ms, which
+	// grows with the queue.
+	var last int
+	for _, waiting := range []int{20, 40} {
+		f := newTestFleet(t, 1, 2, `,"max_wait_ms":500`)
+		for _, r := range f.replicas {
+			r.set(func(r *fakeReplica) { r.waiting, r.running = waiting, 256 })
+		}
+		f.advance(300 * time.Millisecond)
+		s, dst := f.open(0, "anything")
+		lr := s.LocalReply()
+		if dst != "" || lr == nil || lr.Status != 429 {
+			t.Fatalf("request to an overloaded fleet (%d waiting) = destination %q, local %+v; want a 429", waiting, dst, lr)
+		}
+		var body struct {
+			Error struct{ Type string } `json:"error"`
+		}
+		if err := json.Unmarshal(lr.Body, &body); err != nil || body.Error.Type != "rate_limit_exceeded" {
+			t.Errorf("429 body %q: %v, want an OpenAI error of type rate_limit_exceeded", lr.Body, err)
+		}
+		retry, err := strconv.Atoi(headerValue(lr.Headers, headerRetryAfter))
+		if err != nil || retry <= last || retry > maxRetryAfterSec {
+			t.Errorf("429 %s with %d waiting = %q, want seconds in (%d, %d]", headerRetryAfter, waiting, headerValue(lr.Headers, headerRetryAfter), last, maxRetryAfterSec)
+		}
+		last = retry
+		_ = s.Done()
 	}
-	f.advance(300 * time.Millisecond)
-	s, dst := f.open(0, "anything")
-	lr := s.LocalReply()
-	if dst != "" || lr == nil || lr.Status != 429 {
-		t.Fatalf("request to an overloaded fleet = destination %q, local %+v; want a 429", dst, lr)
-	}
-	var body struct {
-		Error struct{ Type string } `json:"error"`
-	}
-	if err := json.Unmarshal(lr.Body, &body); err != nil || body.Error.Type != "rate_limit_exceeded" {
-		t.Errorf("429 body %q: %v, want an OpenAI error of type rate_limit_exceeded", lr.Body, err)
-	}
-	_ = s.Done()
 }
 
 func headerValue(h [][2]string, name string) string {
@@ -599,17 +627,28 @@ func TestWorkersSharePrefillProgress(t *testing.T) {
 		t.Fatal(err)
 	}
 	why := headerValue(sc.ResponseHeaderMap(), HeaderDecision)
-	wEarly, wLate := explainedWait(why, early), explainedWait(why, late)
+	wEarly, wLate := explainedWait(why, replicaName(early)), explainedWait(why, replicaName(late))
 	if got != early || !(wLate-wEarly > 0.25) {
 		t.Fatalf("worker 1 sent its request to %s with W %s = %.3f s, %s = %.3f s (%q); want %s, ahead by about 0.3 s",
 			got, early, wEarly, late, wLate, why, early)
 	}
 }
 
-// explainedWait returns the w= figure for addr in an x-gpuroute-decision
-// value, or -1.
-func explainedWait(explain, addr string) float64 {
-	_, rest, ok := strings.Cut(explain, "; "+addr+" w=")
+// replicaName is the name of a testFleet replica by its address: r0 is at
+// 10.0.0.1:8000.
+func replicaName(addr string) string {
+	host, _, _ := strings.Cut(strings.TrimPrefix(addr, "10.0.0."), ":")
+	i, err := strconv.Atoi(host)
+	if err != nil {
+		return "?" + addr
+	}
+	return "r" + strconv.Itoa(i-1)
+}
+
+// explainedWait returns the w= figure for the replica named name in an
+// x-gpuroute-decision value, or -1.
+func explainedWait(explain, name string) float64 {
+	_, rest, ok := strings.Cut(explain, "; "+name+" w=")
 	if !ok {
 		return -1
 	}
@@ -633,7 +672,9 @@ func TestWorkersShareAdapterPlacements(t *testing.T) {
 		}
 		cfg.WriteString(`"` + a + `":"llama-3-8b"`)
 	}
-	cfg.WriteString("}")
+	// Flow control off: the adapters' loads put every replica's W over
+	// the hold bound, and this test is about where they are loaded.
+	cfg.WriteString(`},"flow_control":{"enabled":false}`)
 	f := newTestFleet(t, 2, 4, cfg.String())
 	f.advance(time.Second)
 	send := func(w int, adapter, q string) string {
@@ -744,7 +785,7 @@ func TestPrefixShareTailAndBase(t *testing.T) {
 // readable one at the next merge, and routing goes on; what the workers
 // place afterwards is shared again.
 func TestPrefixShareGarbage(t *testing.T) {
-	good := shared.AppendPrefixShareEntry(shared.AppendPrefixShareHeader(nil, 1, 0, 0, 0), 0, []uint64{1, 2})
+	good := shared.AppendPrefixShareEntry(shared.AppendPrefixShareHeader(nil, 1, fleetConfigID(4), 0, 0, 0), 0, []uint64{1, 2})
 	shared.SetPrefixShareBase(good[:shared.PrefixShareHeaderLen]) // base: nothing, so the entry is the tail
 	for _, tc := range []struct {
 		name  string

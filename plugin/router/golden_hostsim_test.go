@@ -91,6 +91,7 @@ func goldenConfig(states map[int]string) string {
 	var b strings.Builder
 	b.WriteString(`{"tick_ms":100,"block_chars":16,"scrape_timeout_ms":200,"decision_header":true,` +
 		`"status_path":"/status","fallbacks":1,"max_wait_ms":3000,"passive_failures":2,"passive_backoff_ms":300,` +
+		`"flow_control":{"enabled":false},` + // the replay routes at once; flow control has tests of its own
 		`"adapters":{"sql-lora":"llama-3-8b","chat-lora":"llama-3-8b"},"replicas":[`)
 	for i := range goldenReplicas {
 		if i > 0 {

@@ -68,9 +68,12 @@ type health struct {
 	log   logPrefix
 
 	// The passive state: the shared entries as last read (with their CAS;
-	// 0 means unknown) and this worker's latest 2xx per replica (local).
+	// 0 means unknown) and this worker's latest 2xx per replica (local);
+	// read is decoding scratch, so that a value of another replica list
+	// leaves entries as they are.
 	cas      uint32
 	entries  []shared.Suspect
+	read     []shared.Suspect
 	lastGood []int64
 	buf      []byte
 
@@ -106,6 +109,7 @@ func (h *health) setup(cfg *config.Config, configID uint64, snap *shared.Snapsho
 	h.cfg, h.configID, h.staleAfter = cfg, configID, int64(cfg.Params.StaleAfter)
 	h.snap, h.log, h.stats = snap, log, st
 	h.entries = make([]shared.Suspect, n)
+	h.read = make([]shared.Suspect, n)
 	h.lastGood = make([]int64, n)
 	h.verdicts = make([]verdict, n)
 	for i := range h.verdicts {
@@ -141,8 +145,28 @@ func (h *health) sync() (changed bool) {
 		return false
 	}
 	h.cas = cas
-	shared.DecodeSuspects(v, h.configID, h.entries)
+	h.decode(v)
 	return true
+}
+
+// decode takes the entries encoded in v, unless v is unreadable or of
+// another replica list (a worker on another configuration, during a
+// reload): the entries then stay as they were, and the next update writes
+// them under this list.
+func (h *health) decode(v []byte) {
+	if shared.DecodeSuspects(v, h.configID, h.read) {
+		copy(h.entries, h.read)
+	}
+}
+
+// adopt takes over the passive state of the replicas that keep their name
+// and address (engine maps from's replicas to h's; reconfig.go).
+func (h *health) adopt(from *health, engine []int) {
+	for i, j := range engine {
+		if j >= 0 {
+			h.entries[j], h.lastGood[j] = from.entries[i], from.lastGood[i]
+		}
+	}
 }
 
 // update applies f to replica i's shared entry with a compare-and-swap
@@ -158,7 +182,7 @@ func (h *health) update(i int, now int64, f func(e *shared.Suspect) bool) bool {
 		case err != nil:
 			return false
 		default:
-			shared.DecodeSuspects(v, h.configID, h.entries)
+			h.decode(v)
 		}
 		if !f(&h.entries[i]) {
 			h.cas = cas
@@ -229,6 +253,7 @@ func (h *health) failure(i int, now int64) {
 	})
 	if ejectedFor > 0 {
 		h.stats.add(h.stats.passiveEjections, 1)
+		h.stats.add(h.stats.replica(i).ejections, 1)
 		h.log.warn("replica " + h.cfg.Replicas[i].Name + " ejected for " +
 			strconv.FormatInt(ejectedFor/int64(time.Millisecond), 10) + " ms: Envoy could not deliver " +
 			strconv.Itoa(h.cfg.PassiveFailures) + " requests in a row (passive_failures)")

@@ -40,6 +40,14 @@ func (f *testFleet) answer(w int, content string, resp [][2]string, props map[st
 // status reads worker w's status endpoint.
 func (f *testFleet) status(w int) statusDoc {
 	f.t.Helper()
+	var doc statusDoc
+	f.statusInto(w, &doc)
+	return doc
+}
+
+// statusInto decodes worker w's status endpoint into doc.
+func (f *testFleet) statusInto(w int, doc any) {
+	f.t.Helper()
 	s, err := f.vms[w].Root(testRootID).NewStream()
 	if err != nil {
 		f.t.Fatal(err)
@@ -52,11 +60,9 @@ func (f *testFleet) status(w int) statusDoc {
 	if lr == nil {
 		f.t.Fatal("status endpoint did not answer")
 	}
-	var doc statusDoc
-	if err := json.Unmarshal(lr.Body, &doc); err != nil {
+	if err := json.Unmarshal(lr.Body, doc); err != nil {
 		f.t.Fatalf("status body %q: %v", lr.Body, err)
 	}
-	return doc
 }
 
 type statusDoc struct {
@@ -97,7 +103,8 @@ func busyR1(f *testFleet) {
 // (no tick in between); the ejection ends after the backoff, the next
 // failure ejects it again for twice as long, and a 2xx clears it.
 func TestPassiveEjection(t *testing.T) {
-	f := newTestFleet(t, 2, 2, `,"status_path":"/status"`)
+	// Flow control off: the replicas report queues over its hold bound.
+	f := newTestFleet(t, 2, 2, `,"status_path":"/status","flow_control":{"enabled":false}`)
 	busyR1(f)
 	for i := range 3 {
 		if dst := f.answer(0, "q"+strconv.Itoa(i), respLocal503, nil); dst != addrR0 {

@@ -89,6 +89,9 @@ type peering struct {
 
 	buf  []byte
 	path []byte
+	// handedOver: a newer root took the exchange over (adopt); answers to
+	// this one's asks are dropped.
+	handedOver bool
 }
 
 // peerLink is the leader's state for one configured peer.
@@ -268,7 +271,7 @@ func (p *peering) ask() {
 // answered merges one peer's answer: placements into imports (the next
 // merge records them in the shared index), work into the remote sum.
 func (p *peering) answered(i, numHeaders, bodySize int) {
-	if i >= len(p.links) {
+	if i >= len(p.links) || p.handedOver {
 		return
 	}
 	l := &p.links[i]
@@ -474,4 +477,44 @@ func queryUint(path []byte, name string) uint64 {
 		}
 	}
 	return 0
+}
+
+// adopt takes from's links (by peer name), the peers' work and the
+// placements imported but not yet merged over, renumbered (engine maps
+// from's replicas to p's, which the peers' answers map by address;
+// reconfig.go). The answers to from's asks in flight are dropped.
+func (p *peering) adopt(from *peering, engine []int) {
+	from.handedOver = true
+	if p.remoteWork == nil || from.remoteWork == nil {
+		return
+	}
+	for i := range p.links {
+		for k := range from.links {
+			if from.cfg.Peers[k].Name != p.cfg.Peers[i].Name {
+				continue
+			}
+			l, o := &p.links[i], &from.links[k]
+			l.epoch, l.next, l.self, l.failing = o.epoch, o.next, o.self, o.failing
+			l.rate, l.workNanos = o.rate, o.workNanos
+			renumberWork(l.work, o.work, engine)
+		}
+	}
+	renumberWork(p.remoteWork, from.remoteWork, engine)
+	p.remoteRate, p.remoteNanos, p.remoteCAS = from.remoteRate, from.remoteNanos, from.remoteCAS
+	p.remoteGen++
+	from.imports.Each(func(replica int, chain []uint64) {
+		if j := remap(engine, replica); j >= 0 {
+			p.imports.Push(j, chain)
+		}
+	})
+}
+
+// renumberWork sets dst[engine[i]] to src[i], and the rest of dst to zero.
+func renumberWork(dst, src []scoring.Work, engine []int) {
+	clear(dst)
+	for i, j := range engine {
+		if j >= 0 && j < len(dst) && i < len(src) {
+			dst[j] = src[i]
+		}
+	}
 }

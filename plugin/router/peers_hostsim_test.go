@@ -125,9 +125,15 @@ func TestPeersShareAffinity(t *testing.T) {
 func TestPeersShareWork(t *testing.T) {
 	const prompts = 8
 	run := func(exchange bool) (avoided int) {
-		a := newTestFleet(t, 1, 2, "")
-		b := newTestFleet(t, 1, 2, "")
+		// Flow control off: the long prompts queue over its hold bound.
+		const flowOff = `,"flow_control":{"enabled":false}`
+		a := newTestFleet(t, 1, 2, flowOff)
+		b := newTestFleet(t, 1, 2, flowOff)
 		linkGateways(t, a, b, exchange)
+		if exchange {
+			a.configure(a.config(peerConfig("b")+flowOff, nil))
+			b.configure(b.config(peerConfig("a")+flowOff, nil))
+		}
 		a.replicas[1].set(func(r *fakeReplica) { r.waiting, r.running = 30, 50 })
 		advanceBoth(a, b, 300*time.Millisecond)
 		long := strings.Repeat("a long document to summarise. ", 2000)

@@ -40,9 +40,10 @@ const (
 // fleet. It owns the outbox and how much of the shared value the local
 // index holds; the index itself is the root's, read by the view.
 type prefixShare struct {
-	index   *prefix.Index
-	members *membership
-	log     logPrefix
+	index    *prefix.Index
+	configID uint64 // the share's replica numbers index this list
+	members  *membership
+	log      logPrefix
 
 	outbox *shared.Outbox
 	// checkpoints is scratch for a dispatch's chain reduced to the hashes
@@ -67,8 +68,8 @@ type prefixShare struct {
 	buf         []byte
 }
 
-func (p *prefixShare) setup(index *prefix.Index, m *membership, log logPrefix) {
-	p.index, p.members, p.log = index, m, log
+func (p *prefixShare) setup(index *prefix.Index, configID uint64, m *membership, log logPrefix) {
+	p.index, p.configID, p.members, p.log = index, configID, m, log
 	p.outbox = shared.NewOutbox(outboxEntries, outboxHashes)
 	p.checkpoints = make([]uint64, 0, outboxHashes)
 	p.tailHashes = make([]uint64, outboxHashes)
@@ -163,7 +164,7 @@ func (p *prefixShare) merge(now int64, imports *shared.Outbox) bool {
 				prev, from = gen, end0
 			}
 			p.gen = p.members.nonce(now)
-			p.buf = shared.AppendPrefixShareHeader(p.buf[:0], p.gen, prev, from, end)
+			p.buf = shared.AppendPrefixShareHeader(p.buf[:0], p.gen, p.configID, prev, from, end)
 			if p.buf, err = p.index.AppendBinary(p.buf); err != nil || !shared.SetPrefixShareBase(p.buf) {
 				p.gen, p.end = gen, end
 				return false
@@ -205,6 +206,13 @@ func (p *prefixShare) merge(now int64, imports *shared.Outbox) bool {
 // cannot be read (TestPrefixShareGarbage).
 func (p *prefixShare) apply(v []byte, sh *shared.PrefixShare) bool {
 	err := sh.Decode(v)
+	if err == nil && sh.ConfigID != p.configID {
+		// Another replica list's numbers (a worker on another
+		// configuration, during a reload): not applied, and replaced by
+		// this list's at the next write (TestReconfigureKeepsPrefixHits).
+		*sh = shared.PrefixShare{}
+		return false
+	}
 	switch {
 	case err != nil || sh.Gen == p.gen && p.end <= len(sh.Tail):
 	case sh.Prev != 0 && sh.Prev == p.gen && sh.PrevFrom <= p.end && p.end <= sh.PrevTail &&
@@ -230,4 +238,18 @@ func (p *prefixShare) apply(v []byte, sh *shared.PrefixShare) bool {
 		return false
 	}
 	return true
+}
+
+// adopt takes from's place in the shared value when the replica list is
+// the same, and its dispatches not yet shared, renumbered (engine maps
+// from's replicas to this list's; reconfig.go).
+func (p *prefixShare) adopt(from *prefixShare, engine []int, sameList bool) {
+	if sameList {
+		p.gen, p.end, p.badCAS = from.gen, from.end, from.badCAS
+	}
+	from.outbox.Each(func(replica int, checkpoints []uint64) {
+		if j := remap(engine, replica); j >= 0 {
+			p.outbox.Push(j, checkpoints)
+		}
+	})
 }

@@ -2,6 +2,7 @@ package router
 
 import (
 	"bytes"
+	"math"
 	"strconv"
 
 	"github.com/tetratelabs/proxy-wasm-go-sdk/proxywasm/types"
@@ -13,28 +14,78 @@ import (
 // What a request leaves with: the destination header Envoy routes by, or a
 // local reply when no replica can take it.
 
-// jsonHeaders are the headers of every local reply; shared, never modified.
+// jsonHeaders are the headers of the local replies that carry no
+// Retry-After; shared, never modified.
 var jsonHeaders = [][2]string{{"content-type", "application/json"}}
+
+// headerRetryAfter tells a client refused with 429 or 503 when to try
+// again, in seconds (RFC 9110 §10.2.3), clamped to [minRetryAfterSec,
+// maxRetryAfterSec]: below a second a client would only add load, and past a
+// minute the estimate means nothing.
+const (
+	headerRetryAfter = "retry-after"
+	minRetryAfterSec = 1
+	maxRetryAfterSec = 60
+)
 
 // overloadedBody is the 429 body, in the shape OpenAI's API uses for errors.
 var overloadedBody = []byte(`{"error":{"message":"every eligible replica is over the configured queue bound (max_wait_ms); retry later","type":"rate_limit_exceeded","code":429}}`)
+
+// The bodies of flow control's 429s: nothing of the request, its tenant or
+// the queue's other requests is echoed (TestFlowRepliesRevealNothing).
+var (
+	shedBody         = []byte(`{"error":{"message":"the fleet is saturated and this request's priority band is sheddable; retry later","type":"rate_limit_exceeded","code":429}}`)
+	queueFullBody    = []byte(`{"error":{"message":"too many requests are waiting for capacity in this request's priority band; retry later","type":"rate_limit_exceeded","code":429}}`)
+	queueTimeoutBody = []byte(`{"error":{"message":"the request waited for capacity longer than its priority band allows (max_queue_ms); retry later","type":"rate_limit_exceeded","code":429}}`)
+)
 
 // header writes the decision's destination into the request, or answers
 // locally: 503 when no replica is eligible (TestNoEligibleReplica), 429 when
 // the best one's expected wait is over max_wait_ms (TestOverload429). ok
 // says the request goes upstream.
-func (r *root) header(d *scoring.Decision) (action types.Action, ok bool) {
+func (r *root) header(d *scoring.Decision, now int64) (action types.Action, ok bool) {
 	if d.Index < 0 {
-		return r.reject(503, detailsUnavailable, r.unavailableBody(d), r.stats.unavailable), false
+		return r.reject(503, detailsUnavailable, r.unavailableBody(d), r.stats.unavailable, r.unavailableRetrySec(now)), false
 	}
 	if lim := r.cfg.MaxWaitSec; lim > 0 && d.Top[0].WaitSec > lim {
-		return r.reject(429, detailsOverloaded, overloadedBody, r.stats.overloaded), false
+		// The best queue drains in about the time it holds, less the
+		// wait the bound allows (TestOverload429).
+		return r.reject(429, detailsOverloaded, overloadedBody, r.stats.overloaded, retrySec(d.Top[0].WaitSec-lim)), false
 	}
 	if err := r.writeDestination(d); err != nil {
 		r.log.error("cannot set " + HeaderDestination + ": " + err.Error())
-		return r.reject(503, detailsUnavailable, r.unavailableBody(d), r.stats.unavailable), false
+		return r.reject(503, detailsUnavailable, r.unavailableBody(d), r.stats.unavailable, r.unavailableRetrySec(now)), false
 	}
 	return types.ActionContinue, true
+}
+
+// unavailableRetrySec estimates, when no replica is eligible, how long
+// until one may be: the soonest end of a passive ejection; a tick for a
+// serving replica out for failed scrapes (the next scrape may bring it
+// back) or without a slot for the adapter; the bound when every replica
+// is draining or drained (TestNoEligibleReplica).
+func (r *root) unavailableRetrySec(now int64) int64 {
+	wait := float64(maxRetryAfterSec)
+	tick := float64(r.cfg.TickMillis) / 1000
+	for i := range r.view.replicas {
+		if r.view.replicas[i].DrainAt(now) != scoring.Serving {
+			continue
+		}
+		w := tick
+		if r.health.ejected(i, now) {
+			w = float64(r.health.entries[i].UntilNanos-now) / 1e9
+		}
+		wait = min(wait, w)
+	}
+	return retrySec(wait)
+}
+
+// retrySec rounds a wait up to whole seconds within the Retry-After bounds.
+func retrySec(waitSec float64) int64 {
+	if !(waitSec < maxRetryAfterSec) {
+		return maxRetryAfterSec
+	}
+	return max(int64(math.Ceil(waitSec)), minRetryAfterSec)
 }
 
 // writeDestination replaces the destination header with the chosen
@@ -76,10 +127,13 @@ func removeAll(m proxy.MapType, name string, bound int) {
 	}
 }
 
-// reject answers the request locally and counts it.
-func (r *root) reject(status uint32, details string, body []byte, k stat) types.Action {
+// reject answers the request locally, telling the client to retry after
+// retryAfterSec, and counts it.
+func (r *root) reject(status uint32, details string, body []byte, k stat, retryAfterSec int64) types.Action {
 	r.stats.add(k, 1)
-	if err := proxy.SendLocalResponse(status, details, body, jsonHeaders, proxy.NoGrpcStatus); err != nil {
+	// Itoa of a number below 100 allocates nothing.
+	r.replyHeaders[1][1] = strconv.Itoa(int(retryAfterSec))
+	if err := proxy.SendLocalResponse(status, details, body, r.replyHeaders[:], proxy.NoGrpcStatus); err != nil {
 		r.log.error("cannot send the local " + strconv.Itoa(int(status)) + ": " + err.Error())
 	}
 	return types.ActionPause

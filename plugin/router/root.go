@@ -10,6 +10,7 @@ import (
 	"github.com/gpuroute/gpuroute/plugin/internal/gcdrive"
 	"github.com/gpuroute/gpuroute/plugin/proxy"
 	"github.com/gpuroute/gpuroute/plugin/shared"
+	"github.com/gpuroute/gpuroute/plugin/version"
 	"github.com/gpuroute/gpuroute/scoring"
 	"github.com/gpuroute/gpuroute/scoring/prefix"
 )
@@ -30,6 +31,11 @@ const (
 	minIndexEntries = 4096
 	maxIndexEntries = 1 << 16
 )
+
+// firstTickMillis is the wait for a root's first tick: a worker joins, takes
+// the lease and scrapes right after its configuration rather than a whole
+// tick_ms later (TestConfigure).
+const firstTickMillis = 1
 
 // sweepAfter drops a flight whose response callbacks never came (a lost
 // stream must not count as load forever); no generation runs this long.
@@ -52,6 +58,7 @@ type root struct {
 	cfg      *config.Config
 	params   scoring.Params
 	configID uint64 // shared.ConfigIDOf the replica list: shared state of another list is ignored
+	ticked   bool   // the first tick set the period to tick_ms
 
 	// The decision: what a request asks (features), Pick's input (view),
 	// the outstanding work and the prefix index it prices by, and Pick's
@@ -70,6 +77,16 @@ type root struct {
 	prefixes prefixShare  // the prefix index shared between the workers
 	adapters adapterShare // LoRA placements shared between the workers
 	peers    peering      // placements and work exchanged with other gateways
+	flow     flowControl  // requests held back while the fleet is saturated
+
+	// retirees are the replicas a configuration change removed or gave a
+	// new address while this VM's streams were still on them: closed to
+	// new work, they drain until their deadline (reconfig.go). Their ledger
+	// and stats indices follow the configured replicas'.
+	retirees []retiree
+	// adopted says a newer root of this VM took this one's state over: it
+	// routes, ticks and writes shared state no more.
+	adopted bool
 
 	// free recycles stream contexts so a new stream allocates nothing in
 	// steady state (live streams are on the vm).
@@ -77,8 +94,13 @@ type root struct {
 
 	stats stats
 	log   logPrefix
-	// replies is scratch for the local replies' bodies (status, 503).
-	replies []byte
+	// replies is scratch for the local replies' bodies (status, 503),
+	// replyHeaders their headers (content type, Retry-After), statusWork
+	// the status endpoint's scratch.
+	replies      []byte
+	replyHeaders [2][2]string
+	statusWork   []scoring.Work
+	placements   []scoring.AdapterPlacement
 }
 
 // OnPluginStart parses the configuration and sets the root up. A bad
@@ -100,34 +122,50 @@ func (r *root) OnPluginStart(int) types.OnPluginStartStatus {
 		r.log.error("configuration refused, the previous one keeps serving: " + err.Error())
 		return types.OnPluginStartStatusFailed
 	}
-	if err := r.setup(cfg); err != nil {
+	now := proxy.NowNanos()
+	h := planHandover(r.vm.serving, cfg, now)
+	if err := r.setup(cfg, h.retirees); err != nil {
 		r.log.error("configuration refused, the previous one keeps serving: " + err.Error())
 		return types.OnPluginStartStatusFailed
 	}
-	if err := proxy.SetTickPeriodMillis(cfg.TickMillis); err != nil {
+	if err := proxy.SetTickPeriodMillis(firstTickMillis); err != nil {
 		r.log.error("cannot set the tick period: " + err.Error())
 		return types.OnPluginStartStatusFailed
 	}
-	r.stats.define(&r.log)
-	r.log.info("configured " + strconv.Itoa(len(cfg.Replicas)) + " replicas, tick " +
-		strconv.FormatUint(uint64(cfg.TickMillis), 10) + " ms")
-	r.tick(proxy.NowNanos())
+	r.stats.define(&r.log, r.replicaNames())
+	r.flow.start()
+	r.log.info("gpuroute " + version.Release + ": configured " + strconv.Itoa(len(cfg.Replicas)) + " replicas, tick " +
+		strconv.FormatUint(uint64(cfg.TickMillis), 10) + " ms" + h.summary())
+	// Envoy runs proxy_on_configure first in a throwaway canary VM that it
+	// destroys without proxy_on_done: here the root only reads the fleet
+	// view, and takes the serving root's state over; joining the worker
+	// list, the lease and the scrapes wait for its first tick,
+	// firstTickMillis away, which a canary never gets
+	// (TestCanaryLeavesNoTrace).
+	r.adopt(&h, now)
+	r.vm.serving = r
+	r.scrape.readSnapshot()
+	r.health.sync()
+	r.health.presentAll(now)
 	return types.OnPluginStartStatusOK
 }
 
-// setup builds the root's parts for cfg. Everything the request path uses
-// is allocated here.
-func (r *root) setup(cfg *config.Config) error {
+// setup builds the root's parts for cfg, with the retirees a handover
+// brings (reconfig.go). Everything the request path uses is allocated here.
+func (r *root) setup(cfg *config.Config, retirees []retiree) error {
 	n := len(cfg.Replicas)
 	r.cfg = cfg
 	r.params = cfg.Params
+	r.retirees = retirees
 	names := make([]string, n)
 	for i := range cfg.Replicas {
 		names[i] = cfg.Replicas[i].Name + "\x00" + cfg.Replicas[i].AddressText
 	}
 	r.configID = shared.ConfigIDOf(names)
 	r.calib.setup(cfg)
-	r.ledger = scoring.NewLedger(r.params, n, maxInFlight)
+	// The retirees' requests count in the ledger, after the configured
+	// replicas: Pick sees only those.
+	r.ledger = scoring.NewLedger(r.params, n+len(retirees), maxInFlight)
 	r.index = prefix.NewIndex(prefix.IndexConfig{BlockChars: cfg.BlockChars, MaxReplicas: n,
 		Stride: indexStride, MaxEntries: indexEntries(cfg.BlockChars, r.calib.priors)})
 	for i := range r.calib.priors {
@@ -140,12 +178,27 @@ func (r *root) setup(cfg *config.Config) error {
 	r.health.setup(cfg, r.configID, &r.scrape.snap, r.log, &r.stats)
 	r.members.setup(r.id, cfg, r.log)
 	r.work.setup(n, r.configID, peerWorkTTL(cfg), r.ledger, &r.members, &r.calib, &r.health)
-	r.prefixes.setup(r.index, &r.members, r.log)
+	r.prefixes.setup(r.index, r.configID, &r.members, r.log)
 	r.adapters.setup(cfg, r.configID, r.ledger, &r.members)
 	r.peers.setup(cfg, r.configID, peerWorkTTL(cfg), &r.members, &r.work, r.log, &r.stats)
 	r.view.setup(cfg, r)
+	r.flow.setup(r, &cfg.Flow)
 	r.replies = make([]byte, 0, 4096)
+	r.statusWork = make([]scoring.Work, n)
+	r.replyHeaders = [2][2]string{jsonHeaders[0], {headerRetryAfter, ""}}
 	return nil
+}
+
+// replicaNames lists the configured replicas' names, then the retirees'.
+func (r *root) replicaNames() []string {
+	names := make([]string, 0, len(r.cfg.Replicas)+len(r.retirees))
+	for i := range r.cfg.Replicas {
+		names = append(names, r.cfg.Replicas[i].Name)
+	}
+	for i := range r.retirees {
+		names = append(names, r.retirees[i].name)
+	}
+	return names
 }
 
 // snapshotApplied is called when scraping applied a new fleet snapshot:
@@ -160,23 +213,34 @@ func (r *root) snapshotApplied(now int64) {
 	}
 }
 
-// OnPluginDone stops this root's tick, passes its tallied stats on and
-// leaves the shared worker list; Envoy deletes the root after a
+// OnPluginDone stops this root's tick and passes its tallied stats on; a
+// root whose state no newer root took over also gives up the lease and
+// leaves the shared worker list. Envoy deletes the root after a
 // reconfiguration once its streams drained.
 func (r *root) OnPluginDone() bool {
 	_ = proxy.SetTickPeriodMillis(0)
 	r.stats.stop()
-	if r.cfg != nil {
+	if r.cfg != nil && !r.adopted {
 		r.scrape.giveUpLease(r.members.worker)
 		r.members.leave()
+	}
+	if r.vm.serving == r {
+		r.vm.serving = nil
 	}
 	return true
 }
 
-// OnTick runs the root's periodic work.
+// OnTick runs the root's periodic work; the first tick sets the period to
+// tick_ms. A root whose state a newer root took over does nothing.
 func (r *root) OnTick() {
-	if r.cfg == nil {
+	if r.cfg == nil || r.adopted {
 		return
+	}
+	if !r.ticked {
+		r.ticked = true
+		if err := proxy.SetTickPeriodMillis(r.cfg.TickMillis); err != nil {
+			r.log.error("cannot set the tick period: " + err.Error())
+		}
 	}
 	r.tick(proxy.NowNanos())
 }
@@ -217,6 +281,9 @@ func (r *root) tick(now int64) {
 		r.peers.ask()
 	}
 	r.enforceDrains(now)
+	if !r.cfg.Scraper {
+		r.flow.tick(now)
+	}
 	if n := r.ledger.Sweep(now - int64(sweepAfter)); n > 0 {
 		r.stats.add(r.stats.sweptFlights, int64(n))
 	}
@@ -242,6 +309,13 @@ func (r *root) exchangeWork(now int64) {
 	r.view.gatherPeerWork(now)
 }
 
+// OnQueueReady reads this worker's wake queue (flow control).
+func (r *root) OnQueueReady(queueID uint32) {
+	if r.cfg != nil {
+		r.flow.queueReady(queueID)
+	}
+}
+
 // NewHttpContext hands out a recycled stream context.
 func (r *root) NewHttpContext(contextID uint32) types.HttpContext {
 	if r.cfg == nil {
@@ -254,6 +328,10 @@ func (r *root) NewHttpContext(contextID uint32) types.HttpContext {
 		s = &stream{}
 	}
 	s.reset(r, contextID)
+	// Every open stream is on the VM's list: a new root adopts them all
+	// (reconfig.go), and the tick resets those a drain deadline closed.
+	s.liveAt = len(r.vm.live)
+	r.vm.live = append(r.vm.live, s)
 	// Before the stream's decision: another worker may have just ejected a
 	// replica (a client's re-send comes through any worker).
 	if r.health.sync() {

@@ -13,9 +13,10 @@
 // worker's in-flight work (workShare), the prefix index (prefixShare), LoRA
 // placements (adapterShare) and passive health (health); peering extends
 // placements and work to other gateways. Envoy creates a new root context in
-// the same VM on a configuration change, so all state lives on the root
-// (never in package variables) and a refused configuration leaves the
-// previous root, and its state, serving.
+// the same VM on a configuration change: all state lives on the root (never
+// in package variables), a refused configuration leaves the previous root,
+// and its state, serving, and an accepted one's root takes the state over
+// by replica name (reconfig.go).
 package router
 
 import (
@@ -33,21 +34,25 @@ const (
 	// HeaderDecision is the opt-in response header explaining the decision.
 	HeaderDecision = "x-gpuroute-decision"
 
-	detailsUnavailable = "gpuroute_no_eligible_replica"
-	detailsOverloaded  = "gpuroute_overloaded"
-	detailsStatus      = "gpuroute_status"
+	detailsUnavailable  = "gpuroute_no_eligible_replica"
+	detailsOverloaded   = "gpuroute_overloaded"
+	detailsStatus       = "gpuroute_status"
+	detailsShed         = "gpuroute_shed"
+	detailsQueueFull    = "gpuroute_queue_full"
+	detailsQueueTimeout = "gpuroute_queue_timeout"
 )
 
 // New returns the VM context to register with proxy.SetVMContext.
 func New() types.VMContext { return &vm{} }
 
 // vm is one worker VM. Besides creating roots it keeps what must outlive a
-// reconfiguration: the streams in flight, whichever root routed them, so
-// the serving root can end those a drain deadline has closed (the old root
-// stops ticking once it is replaced).
+// reconfiguration: the serving root, whose state the next configuration's
+// root takes over (reconfig.go), and the open streams, which the new root
+// adopts with it.
 type vm struct {
 	types.DefaultVMContext
-	live []*stream
+	serving *root
+	live    []*stream
 }
 
 // NewPluginContext creates the state of one root context.

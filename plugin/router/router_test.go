@@ -2,6 +2,7 @@ package router
 
 import (
 	"encoding/json"
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -86,8 +87,12 @@ func TestConfigure(t *testing.T) {
 					t.Fatalf("configure(%s) = %v, want %v", tc.cfg, got, tc.ok)
 				}
 				if tc.ok {
+					if p := d.tickPeriodMillis(); p != firstTickMillis {
+						t.Errorf("tick period after configure(%s) = %d ms, want %d", tc.cfg, p, firstTickMillis)
+					}
+					d.tick()
 					if p := d.tickPeriodMillis(); p != 250 {
-						t.Errorf("tick period after configure(%s) = %d ms, want 250", tc.cfg, p)
+						t.Errorf("tick period after configure(%s) and a tick = %d ms, want 250", tc.cfg, p)
 					}
 					return
 				}
@@ -266,8 +271,8 @@ func TestStatusEndpoint(t *testing.T) {
 		if err := json.Unmarshal([]byte(local.body), &st); err != nil {
 			t.Fatalf("status body %q is not JSON: %v", local.body, err)
 		}
-		if len(st.Replicas) != 2 || st.Replicas[0].Name != "vllm-0" || st.Replicas[1].Address != "10.0.0.2:8000" || st.Replicas[0].State != "serving" {
-			t.Errorf("status = %+v, want vllm-0 and vllm-1 (10.0.0.2:8000), serving", st)
+		if len(st.Replicas) != 2 || st.Replicas[0].Name != "vllm-0" || st.Replicas[1].Address != "10.0.0.2:8000" || st.Replicas[0].State != "active" {
+			t.Errorf("status = %+v, want vllm-0 and vllm-1 (10.0.0.2:8000), active", st)
 		}
 		if strings.Contains(local.body, "script") {
 			t.Errorf("status body echoes request data: %q", local.body)
@@ -327,17 +332,49 @@ func TestNoEligibleReplica(t *testing.T) {
 		if body.Error.Type != "service_unavailable" || body.Error.Code != 503 || body.Error.Message == "" {
 			t.Errorf("503 body = %+v, want type service_unavailable, code 503, a message", body.Error)
 		}
-		ct := ""
+		ct, retry := "", ""
 		for _, h := range local.headers {
-			if strings.EqualFold(h[0], "content-type") {
+			switch {
+			case strings.EqualFold(h[0], "content-type"):
 				ct = h[1]
+			case strings.EqualFold(h[0], headerRetryAfter):
+				retry = h[1]
 			}
 		}
 		if ct != "application/json" {
 			t.Errorf("503 content-type = %q, want application/json", ct)
 		}
+		// Every replica is draining or drained: nothing comes back soon.
+		if retry != "60" {
+			t.Errorf("503 %s = %q, want \"60\" (every replica closed)", headerRetryAfter, retry)
+		}
 		if n, ok := d.counter(statUnavailable); !ok || n != 1 {
 			t.Errorf("counter %s = %d, %v; want 1", statUnavailable, n, ok)
 		}
 	})
+}
+
+// TestRetrySec: a wait becomes whole seconds, rounded up, within [1, 60].
+func TestRetrySec(t *testing.T) {
+	tests := []struct {
+		name string
+		wait float64
+		want int64
+	}{
+		{name: "none", wait: 0, want: 1},
+		{name: "negative", wait: -3, want: 1},
+		{name: "fraction", wait: 0.2, want: 1},
+		{name: "rounded up", wait: 2.01, want: 3},
+		{name: "whole", wait: 7, want: 7},
+		{name: "bound", wait: 90, want: 60},
+		{name: "infinite", wait: math.Inf(1), want: 60},
+		{name: "nan", wait: math.NaN(), want: 60},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := retrySec(tc.wait); got != tc.want {
+				t.Errorf("retrySec(%v) = %d, want %d", tc.wait, got, tc.want)
+			}
+		})
+	}
 }

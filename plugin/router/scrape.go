@@ -30,6 +30,9 @@ type scraping struct {
 	applied func(now int64)
 
 	leader bool
+	// handedOver: a newer root took this one's scraping over (adopt); the
+	// answers to this one's calls are dropped.
+	handedOver bool
 
 	// One parser per replica (engines differ), the calls in flight.
 	// roundOf[i] is the round whose call to replica i is outstanding (0:
@@ -45,6 +48,7 @@ type scraping struct {
 
 	snap    shared.Snapshot
 	snapCAS uint32
+	read    shared.Snapshot // readSnapshot's decoding scratch
 
 	// figures are the decision's figures of each replica as of the last
 	// applied snapshot; figuresGen counts the applications.
@@ -224,6 +228,9 @@ func (s *scraping) scrape(now int64) {
 // bodies age the replica's figures and count a failure; they never blank
 // the last good state (TestScrapeFailures).
 func (s *scraping) scraped(i, numHeaders, bodySize int) {
+	if s.handedOver {
+		return
+	}
 	now := proxy.NowNanos()
 	current := false
 	if i < len(s.roundOf) {
@@ -327,22 +334,35 @@ func (s *scraping) readSnapshot() {
 		return
 	}
 	s.snapCAS = cas
-	snap := &s.snap
-	gen := snap.Generation
-	if err := snap.Decode(v); err != nil || snap.ConfigID != s.configID || len(snap.Replicas) != len(s.figures) {
+	// Decoded aside: a snapshot that is unreadable or of another replica
+	// list (the leader may still run another configuration, during a
+	// reload) leaves the one applied as it was (TestReconfigureKeepsState).
+	if err := s.read.Decode(v); err != nil || s.read.ConfigID != s.configID || len(s.read.Replicas) != len(s.figures) {
 		if err != nil {
 			s.log.warn("fleet snapshot unreadable: " + err.Error())
 		}
-		snap.ConfigID, snap.Generation = s.configID, gen
-		if len(snap.Replicas) != len(s.figures) {
-			snap.Replicas = snap.Replicas[:0]
-			for range s.figures {
-				snap.Replicas = append(snap.Replicas, shared.Replica{MaxAdapters: -1})
-			}
-		}
 		return
 	}
+	s.snap, s.read = s.read, s.snap
 	s.apply()
+}
+
+// adopt takes from's lease, snapshot and figures over, the replicas that
+// keep their name and address with theirs (engine maps from's replicas to
+// s's; reconfig.go); a replica at a new address starts unscraped. The
+// answers to from's calls in flight are dropped: the next tick scrapes.
+func (s *scraping) adopt(from *scraping, engine []int) {
+	from.handedOver = true
+	s.leader, s.snapCAS = from.leader, from.snapCAS
+	s.snap.Generation = from.snap.Generation
+	for i, j := range engine {
+		if j >= 0 {
+			dst, src := &s.snap.Replicas[j], &from.snap.Replicas[i]
+			adapters := dst.Adapters[:0]
+			*dst = *src
+			dst.Adapters = append(adapters, src.Adapters...)
+		}
+	}
 }
 
 // apply takes the decision's figures from the snapshot, then lets the

@@ -6,6 +6,7 @@ import (
 	"github.com/gpuroute/gpuroute/plugin/openai"
 	"github.com/gpuroute/gpuroute/plugin/proxy"
 	"github.com/gpuroute/gpuroute/scoring"
+	"github.com/gpuroute/gpuroute/scoring/flow"
 )
 
 // stream is one HTTP request's context, recycled through root.free.
@@ -19,9 +20,8 @@ type stream struct {
 	inference bool
 	kind      openai.Kind
 	decided   bool
-	replica   int
-	addr      string // the chosen replica's address (drains match on it)
-	liveAt    int    // index in vm.live, -1 when not live
+	replica   int // ledger index: a configured replica, or a retiree after a handover
+	liveAt    int // index in vm.live, -1 when not live
 	flight    scoring.Flight
 
 	// What the response teaches: TTFT for calibration, tokens for the
@@ -42,15 +42,32 @@ type stream struct {
 	// whether a drain deadline ended the stream.
 	answeredBy int
 	forced     bool
+
+	// Flow control (flow.go): the band the client asked for (-1: none it
+	// may choose) and its tenant key, from the request headers; while the
+	// request is held, its band, queue handle and slot, when it was held,
+	// and its features with their own copy of the prefix chain; inline
+	// marks a held request released by its own callback.
+	askedBand int
+	tenant    uint64
+	held      bool
+	inline    bool
+	band      int
+	slot      uint32
+	handle    flow.Handle
+	heldNanos int64
+	heldReq   scoring.Request
+	heldChain []uint64
 }
 
 func (s *stream) reset(r *root, id uint32) {
-	counter, explain := s.counter, s.explain[:0]
+	counter, explain, chain := s.counter, s.explain[:0], s.heldChain[:0]
 	if counter == nil {
 		counter = new(openai.StreamCounter)
 	}
 	counter.Reset()
-	*s = stream{root: r, id: id, replica: -1, liveAt: -1, counter: counter, explain: explain, answeredBy: -1}
+	*s = stream{root: r, id: id, replica: -1, liveAt: -1, counter: counter, explain: explain, answeredBy: -1,
+		askedBand: -1, heldChain: chain}
 }
 
 // OnHttpRequestHeaders removes any client-sent destination first, before
@@ -73,6 +90,7 @@ func (s *stream) OnHttpRequestHeaders(numHeaders int, endOfStream bool) types.Ac
 	}
 	if kind, ok := openai.KindFromPath(path); ok && !endOfStream {
 		s.inference, s.kind = true, kind
+		r.flow.classify(s)
 		return types.ActionPause
 	}
 	return s.route(nil, false)
@@ -124,8 +142,12 @@ func (s *stream) route(body []byte, truncated bool) types.Action {
 	req := r.features.of(parsed, body != nil || s.inference)
 	replicas, cached := r.view.forRequest(req, now)
 	d := &r.decision
+	r.flow.prepare()
 	scoring.Pick(&r.params, req, replicas, cached, r.ledger, now, d)
-	if action, ok := r.header(d); !ok {
+	if action, held := r.flow.admit(s, d, req, now); held {
+		return action
+	}
+	if action, ok := r.header(d, now); !ok {
 		return action
 	}
 	s.dispatch(d, req, now)
@@ -134,7 +156,7 @@ func (s *stream) route(body []byte, truncated bool) types.Action {
 
 // dispatch accounts for a request sent where d says: the ledger's flight,
 // the work published to the other workers, the prefix and adapter
-// placements, the live list drains walk, the stats and the explanation.
+// placements, the stats and the explanation.
 func (s *stream) dispatch(d *scoring.Decision, req *scoring.Request, now int64) {
 	r := s.root
 	best := &d.Top[0]
@@ -148,6 +170,7 @@ func (s *stream) dispatch(d *scoring.Decision, req *scoring.Request, now int64) 
 	s.flight = r.ledger.Dispatch(d.Index, req, s.uncached, now, best.StartNanos)
 	if s.flight != 0 {
 		r.stats.tally(r.stats.inFlight, 1)
+		r.stats.tally(r.stats.replica(d.Index).inFlight, 1)
 		r.work.publishOn(d.Index, now)
 	}
 	if len(req.Chain) > 0 {
@@ -156,9 +179,6 @@ func (s *stream) dispatch(d *scoring.Decision, req *scoring.Request, now int64) 
 	if req.Adapter != "" {
 		r.prefixes.dispatchedAdapter(d.Index, r.view.adapterKey[:])
 	}
-	s.addr = rep.Addr
-	s.liveAt = len(r.vm.live)
-	r.vm.live = append(r.vm.live, s)
 	r.stats.decided(d, req, &rep.Hardware, r.params.AdapterToleranceSec)
 	if r.cfg.DecisionHeader {
 		s.explain = d.AppendExplain(s.explain[:0], r.view.replicas)
@@ -222,6 +242,7 @@ func (s *stream) firstToken(now int64) {
 	}
 	r.ledger.FirstTokenAt(s.flight, now)
 	r.work.publishOn(i, now)
+	r.flow.freed(now, s)
 }
 
 // OnHttpStreamDone releases the request's accounting exactly once: a
@@ -233,6 +254,7 @@ func (s *stream) OnHttpStreamDone() {
 	if r == nil {
 		return
 	}
+	r.flow.gone(s)
 	s.release()
 	s.root = nil
 	if len(r.free) < maxFreeStreams {
@@ -257,8 +279,10 @@ func (s *stream) release() {
 			r.ledger.Cancel(s.flight)
 		}
 		r.stats.tally(r.stats.inFlight, -1)
+		r.stats.tally(r.stats.replica(s.replica).inFlight, -1)
 		s.flight = 0
 		r.work.publishOn(s.replica, now)
+		r.flow.freed(now, s)
 	}
 	if live := &r.vm.live; s.liveAt >= 0 && s.liveAt < len(*live) {
 		last := len(*live) - 1

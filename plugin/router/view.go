@@ -58,6 +58,7 @@ func (v *replicaView) setup(cfg *config.Config, r *root) {
 		c := &cfg.Replicas[i]
 		rep := &v.replicas[i]
 		*rep = scoring.Replica{
+			Name:             c.Name,
 			Addr:             c.AddressText,
 			AddrHash:         prefix.HashString(c.AddressText),
 			Engine:           c.Engine.String(),

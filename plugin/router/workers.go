@@ -94,6 +94,17 @@ func (m *membership) leave() {
 	}
 }
 
+// adopt takes from's worker id and place in the worker list, and reports
+// whether it did: a root of another role (worker or scraper) joins anew.
+func (m *membership) adopt(from *membership) bool {
+	if from.scraper != m.scraper {
+		return false
+	}
+	m.worker, m.registered = from.worker, from.registered
+	m.registry.Workers = append(m.registry.Workers[:0], from.registry.Workers...)
+	return true
+}
+
 // readRegistry refreshes the worker list from shared data; it reports
 // false, keeping the list as it was, when the value cannot be read.
 func (m *membership) readRegistry() bool {

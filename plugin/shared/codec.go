@@ -52,7 +52,7 @@ const (
 
 	// Version is the encoding version this build writes and reads for every
 	// record kind. An unknown version is ErrVersion, never a guess.
-	Version = 5
+	Version = 6
 )
 
 // Little-endian helpers, hand-rolled: encoding/binary imports reflect, which

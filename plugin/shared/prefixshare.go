@@ -11,7 +11,7 @@ import (
 // the whole index encoding, so that during a module update the old and new
 // VMs each keep their own instead of clearing each other's as unreadable
 // (a writer that cannot read the value replaces it with a new base).
-const KeyPrefixShare = "gpuroute/prefix-share/5"
+const KeyPrefixShare = "gpuroute/prefix-share/6"
 
 // PrefixShare is the prefix index as the worker VMs of one Envoy share it:
 // a base (a prefix.Index encoding) and a tail of the placements
@@ -33,7 +33,12 @@ const KeyPrefixShare = "gpuroute/prefix-share/5"
 // (TestWorkersKeepIndexAcrossRebases), and with more workers the tail, and
 // so the rebases, grow faster.
 //
-// Encoding: "GRPX" version u8, generation u64, previous generation u64,
+// Replica numbers (in the base and the tail) index the replica list that
+// ConfigID names: a worker on another list (during a reload) neither
+// applies the share nor appends to it.
+//
+// Encoding: "GRPX" version u8, generation u64, configuration id u64,
+// previous generation u64,
 // previous tail's repeated start u32 and length u32, base length u32, the
 // base, then per tail entry replica u16, checkpoint count u16 (>= 1) and
 // the checkpoints u64 (prefix.Index.AppendCheckpoints), to the end
@@ -41,6 +46,8 @@ const KeyPrefixShare = "gpuroute/prefix-share/5"
 type PrefixShare struct {
 	// Gen identifies the base: a writer that replaces it picks a new one.
 	Gen uint64
+	// ConfigID is ConfigIDOf the replica list the replica numbers index.
+	ConfigID uint64
 	// Prev is the generation whose base and whole tail, PrevTail bytes,
 	// this base holds (0: none); Tail begins with that tail's bytes from
 	// PrevFrom on.
@@ -54,22 +61,23 @@ type PrefixShare struct {
 const (
 	magicPrefixShare = "GRPX"
 	// PrefixShareHeaderLen is the length of the fixed header before the base.
-	PrefixShareHeaderLen = headerLen + 8 + 8 + 4 + 4 + 4
-	offShareBaseLen      = headerLen + 8 + 8 + 4 + 4
+	PrefixShareHeaderLen = headerLen + 8 + 8 + 8 + 4 + 4 + 4
+	offShareBaseLen      = headerLen + 8 + 8 + 8 + 4 + 4
 )
 
-// AppendPrefixShareHeader appends the header of a share of generation gen
-// with an empty base, continuing generation prev whose tail was prevTail
+// AppendPrefixShareHeader appends the header of a share of generation gen,
+// numbered by the replica list configID names, with an empty base, continuing generation prev whose tail was prevTail
 // bytes, repeated from byte prevFrom (prev 0: none; figures that are not
 // 0 <= prevFrom <= prevTail < 2^32 make it none). Append the base's
 // encoding next, then call SetPrefixShareBase, then the tail's entries:
 // first the previous tail's from prevFrom on.
-func AppendPrefixShareHeader(b []byte, gen, prev uint64, prevFrom, prevTail int) []byte {
+func AppendPrefixShareHeader(b []byte, gen, configID, prev uint64, prevFrom, prevTail int) []byte {
 	if prev == 0 || prevFrom < 0 || prevFrom > prevTail || uint64(prevTail) > 1<<32-1 {
 		prev, prevFrom, prevTail = 0, 0, 0
 	}
 	b = appendHeader(b, magicPrefixShare)
 	b = appendU64(b, gen)
+	b = appendU64(b, configID)
 	b = appendU64(b, prev)
 	b = appendU32(b, uint32(prevFrom))
 	b = appendU32(b, uint32(prevTail))
@@ -122,7 +130,8 @@ func (s *PrefixShare) Decode(b []byte) error {
 	if err := r.header(magicPrefixShare, "prefix share"); err != nil {
 		return err
 	}
-	gen, prev, prevFrom, prevTail, baseLen := r.u64(), r.u64(), r.u32(), r.u32(), r.u32()
+	gen, configID, prev := r.u64(), r.u64(), r.u64()
+	prevFrom, prevTail, baseLen := r.u32(), r.u32(), r.u32()
 	if r.short {
 		return r.shortErr("prefix share header")
 	}
@@ -136,7 +145,7 @@ func (s *PrefixShare) Decode(b []byte) error {
 	if base == nil {
 		return fail(ErrShort, "prefix share base length", int64(baseLen), "needs more bytes than the value has")
 	}
-	*s = PrefixShare{Gen: gen, Prev: prev, PrevFrom: int(prevFrom), PrevTail: int(prevTail), Base: base, Tail: b[r.off:]}
+	*s = PrefixShare{Gen: gen, ConfigID: configID, Prev: prev, PrevFrom: int(prevFrom), PrevTail: int(prevTail), Base: base, Tail: b[r.off:]}
 	return nil
 }
 

@@ -15,10 +15,13 @@ type shareEntry struct {
 	cps     []uint64
 }
 
+// testConfigID is the replica list the test shares number.
+const testConfigID = 77
+
 // newShare encodes a share of generation gen with base and entries.
 func newShare(t testing.TB, gen uint64, base []byte, entries []shareEntry) []byte {
 	t.Helper()
-	b := append(AppendPrefixShareHeader(nil, gen, 0, 0, 0), base...)
+	b := append(AppendPrefixShareHeader(nil, gen, testConfigID, 0, 0, 0), base...)
 	if !SetPrefixShareBase(b) {
 		t.Fatalf("SetPrefixShareBase(%d-byte base) = false", len(base))
 	}
@@ -45,8 +48,8 @@ func TestPrefixShare(t *testing.T) {
 	if err := sh.Decode(v); err != nil {
 		t.Fatalf("Decode = %v", err)
 	}
-	if sh.Gen != 42 || !bytes.Equal(sh.Base, base) {
-		t.Fatalf("Decode = gen %d, base %q; want 42, %q", sh.Gen, sh.Base, base)
+	if sh.Gen != 42 || sh.ConfigID != testConfigID || !bytes.Equal(sh.Base, base) {
+		t.Fatalf("Decode = gen %d, configuration %d, base %q; want 42, %d, %q", sh.Gen, sh.ConfigID, sh.Base, testConfigID, base)
 	}
 	got, end, err := walk(&sh, 0, 8)
 	if err != nil || end != len(sh.Tail) || !entriesEqual(got, first) {
@@ -107,7 +110,7 @@ func TestPrefixShareLineage(t *testing.T) {
 		{name: "start past the end", prev: 42, from: 11, tail: 10},
 		{name: "tail beyond u32", prev: 42, from: 0, tail: 1 << 33},
 	} {
-		b := AppendPrefixShareHeader(nil, 43, tc.prev, tc.from, tc.tail)
+		b := AppendPrefixShareHeader(nil, 43, testConfigID, tc.prev, tc.from, tc.tail)
 		b = append(b, "base"...)
 		if !SetPrefixShareBase(b) {
 			t.Fatalf("%s: SetPrefixShareBase = false", tc.name)
@@ -135,14 +138,14 @@ func TestPrefixShareLineage(t *testing.T) {
 	if sh.Grown() != 24 {
 		t.Fatalf("Grown() of a 30-byte tail repeating 6 bytes = %d, want 24", sh.Grown())
 	}
-	bad := AppendPrefixShareHeader(nil, 43, 42, 5, 10)
-	copy(bad[headerLen+16:], []byte{11, 0, 0, 0}) // start 11 of a tail of 10
+	bad := AppendPrefixShareHeader(nil, 43, testConfigID, 42, 5, 10)
+	copy(bad[headerLen+24:], []byte{11, 0, 0, 0}) // start 11 of a tail of 10
 	SetPrefixShareBase(bad)
 	if err := sh.Decode(bad); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("Decode(start past the previous tail) = %v, want ErrInvalid", err)
 	}
-	copy(bad[headerLen+8:], make([]byte, 8)) // no previous generation, but its tail
-	copy(bad[headerLen+16:], []byte{5, 0, 0, 0})
+	copy(bad[headerLen+16:], make([]byte, 8)) // no previous generation, but its tail
+	copy(bad[headerLen+24:], []byte{5, 0, 0, 0})
 	if err := sh.Decode(bad); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("Decode(a previous tail without a previous generation) = %v, want ErrInvalid", err)
 	}
@@ -220,7 +223,7 @@ func TestPrefixShareAllocs(t *testing.T) {
 func FuzzPrefixShare(f *testing.F) {
 	f.Add(newShare(f, 1, []byte("base"), []shareEntry{{1, []uint64{5, 6}}, {2, []uint64{7}}}))
 	f.Add(newShare(f, 2, nil, nil))
-	lineage := append(AppendPrefixShareHeader(nil, 3, 2, 8, 20), "base"...)
+	lineage := append(AppendPrefixShareHeader(nil, 3, testConfigID, 2, 8, 20), "base"...)
 	SetPrefixShareBase(lineage)
 	f.Add(AppendPrefixShareEntry(lineage, 4, []uint64{9}))
 	f.Add([]byte("GRPX\x03"))
@@ -237,7 +240,7 @@ func FuzzPrefixShare(f *testing.F) {
 		if end < 0 || end > len(sh.Tail) || (err == nil) != (end == len(sh.Tail)) {
 			t.Fatalf("Each(%q) = end %d, %v over a %d-byte tail", in, end, err, len(sh.Tail))
 		}
-		re := append(AppendPrefixShareHeader(nil, sh.Gen, sh.Prev, sh.PrevFrom, sh.PrevTail), sh.Base...)
+		re := append(AppendPrefixShareHeader(nil, sh.Gen, sh.ConfigID, sh.Prev, sh.PrevFrom, sh.PrevTail), sh.Base...)
 		SetPrefixShareBase(re)
 		for _, e := range got {
 			re = AppendPrefixShareEntry(re, e.replica, e.cps)

@@ -278,6 +278,13 @@ func (x *Index) put(replica int, chainHash uint64) {
 		x.slots[i].stamp = x.clock
 		return
 	}
+	x.place(indexEntry{hash: h, stamp: x.clock, rep: rep})
+}
+
+// place inserts a new entry, evicting first when its replica or the table
+// is at its budget, and rebuilding when tombstones fill the table.
+func (x *Index) place(e indexEntry) {
+	replica := int(e.rep - 1)
 	if c := x.capN[replica]; c > 0 && x.count[replica] >= c {
 		x.evict(replica)
 	}
@@ -287,7 +294,7 @@ func (x *Index) put(replica int, chainHash uint64) {
 	if x.used+x.dead >= int(x.mask+1)*7/8 {
 		x.rebuild()
 	}
-	x.insert(indexEntry{hash: h, stamp: x.clock, rep: rep})
+	x.insert(e)
 }
 
 func (x *Index) insert(e indexEntry) {
