@@ -7,7 +7,9 @@ import (
 	"strings"
 )
 
-var palette = []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"}
+// palette has a color for each of the demo's eleven policies and a spare,
+// so no two curves of one chart share one.
+var palette = []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf", "#000000", "#393b79"}
 
 // axis maps data values onto a chart side: linear or base-10 logarithmic
 // between lo and hi, with labelled ticks.

@@ -3,6 +3,7 @@ package fleetsim
 import (
 	"html"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -67,19 +68,56 @@ func (wr WorkloadResults) Metrics() []Metric {
 }
 
 // Verdict is wr's one-line verdict: a clause per metric (Ranking.Verdict)
-// with focus named where it is not first.
+// with focus named where it is not first, then what focus and the first
+// metric's leaders shed: a router can lead on the time to first token by
+// refusing work, and the line says so (TestWorkloadVerdict).
 func (wr WorkloadResults) Verdict(focus string) string {
 	sums := wr.summaries()
 	var clauses []string
-	for _, m := range wr.Metrics() {
-		if v := Rank(sums, m).Verdict(focus); v != "" {
+	var leaders []Placing
+	for k, m := range wr.Metrics() {
+		r := Rank(sums, m)
+		if k == 0 {
+			leaders = r.Leaders()
+		}
+		if v := r.Verdict(focus); v != "" {
 			clauses = append(clauses, v)
 		}
 	}
 	if len(clauses) == 0 {
 		return "no verdict: fewer than two policies completed requests"
 	}
+	for _, s := range sums {
+		named := s.Policy == focus || slices.ContainsFunc(leaders, func(p Placing) bool { return p.Policy == s.Policy })
+		if named && s.Shed > 0 && s.Policy != ReferencePolicy {
+			clauses = append(clauses, shedClause(s))
+		}
+	}
 	return strings.Join(clauses, "; ") + "."
+}
+
+// shedClause says what share of its requests s's policy shed, and of which
+// classes: "gpuroute shed 22% of the requests (1745 sheddable)".
+func shedClause(s Summary) string {
+	out := s.Policy + " shed " + percent(float64(s.Shed)/float64(max(s.Completed+s.Failed, 1))) + " of the requests"
+	var by []string
+	for _, c := range slices.Sorted(maps.Keys(s.Classes)) {
+		if n := s.Classes[c].Shed; n > 0 {
+			by = append(by, strconv.Itoa(n)+" "+c)
+		}
+	}
+	if len(by) > 0 {
+		out += " (" + strings.Join(by, ", ") + ")"
+	}
+	return out
+}
+
+// color is policy's curve color: by its place in wr.Results, the order
+// the policies were run in, so that a policy keeps its color from one
+// workload's chart to the next while the ranking reorders them.
+func (wr WorkloadResults) color(policy string) string {
+	i := slices.IndexFunc(wr.Results, func(r *Result) bool { return r != nil && r.Summary.Policy == policy })
+	return palette[max(i, 0)%len(palette)]
 }
 
 func (wr WorkloadResults) summaries() []Summary {
@@ -263,6 +301,14 @@ func columns(wr WorkloadResults, rs []*Result) []column {
 	if any(func(s *Summary) bool { return s.HeldMeanSec > 0 }) {
 		cols = append(cols, column{head: "held mean s", cell: func(s *Summary) string { return f3(s.HeldMeanSec) }})
 	}
+	if any(func(s *Summary) bool { return s.Shed > 0 }) {
+		cols = append(cols, column{head: "shed", cell: func(s *Summary) string { return strconv.Itoa(s.Shed) }})
+	}
+	// Lost requests (no response at all) are a correctness figure: shown
+	// wherever a router may hold requests, so that a 0 is seen to be 0.
+	if len(classes) > 0 || any(func(s *Summary) bool { return s.Lost > 0 }) {
+		cols = append(cols, column{head: "lost", cell: func(s *Summary) string { return strconv.Itoa(s.Lost) }})
+	}
 	if any(func(s *Summary) bool { return s.Migrated > 0 }) {
 		cols = append(cols, column{head: "migrated", cell: func(s *Summary) string { return strconv.Itoa(s.Migrated) }})
 	}
@@ -411,13 +457,13 @@ func writeCDF(b *strings.Builder, wr WorkloadResults, rs []*Result) {
 	c.y = axis{lo: 0, hi: 1, ticks: []float64{0, 0.25, 0.5, 0.75, 0.9, 1}, format: func(v float64) string { return strconv.FormatFloat(v, 'g', 3, 64) }}
 	c.xLabel = "time to first token (s, log scale)"
 	c.yLabel = "fraction of requests"
-	for i, r := range rs {
+	for _, r := range rs {
 		t := ttft(r)
 		n := len(t)
 		if n == 0 {
 			continue
 		}
-		color := palette[i%len(palette)]
+		color := wr.color(r.Summary.Policy)
 		var pts strings.Builder
 		step := max(n/400, 1)
 		for k := 0; k < n; k += step {

@@ -77,6 +77,8 @@ func TestVerdict(t *testing.T) {
 			"always-warm and gpuroute tied on mean TTFT (2% apart, within the noise), 30% ahead of llm-d"},
 		{"focus behind", []Summary{seeded("least-tokens", 1.0), seeded("round-robin", 1.09), seeded("gpuroute", 1.21)},
 			"least-tokens first on mean TTFT by 9% over round-robin; gpuroute 3rd, 21% behind"},
+		{"focus the runner-up", []Summary{seeded("llm-d-322", 1.0), seeded("gpuroute", 1.52), seeded("llm-d", 7)},
+			"llm-d-322 first on mean TTFT by 52% over gpuroute"},
 		{"far behind in times", []Summary{seeded("gpuroute", 1.0), seeded("round-robin", 25)},
 			"gpuroute first on mean TTFT by 25.0× over round-robin"},
 		{"everyone tied", []Summary{seeded("a", 1.0), seeded("b", 1.01)},
@@ -89,6 +91,40 @@ func TestVerdict(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			if got := Rank(c.sums, meanTTFT).Verdict("gpuroute"); got != c.want {
 				t.Errorf("Verdict(%v) = %q, want %q", c.sums, got, c.want)
+			}
+		})
+	}
+}
+
+func TestWorkloadVerdict(t *testing.T) {
+	// classed is a policy's result on a priority workload: its critical
+	// requests' mean TTFT (p99 twice that) and the sheddable ones it shed.
+	classed := func(policy string, critical float64, shed int) *Result {
+		return &Result{Summary: Summary{Policy: policy, Completed: 100 - shed, Failed: shed, Shed: shed, TTFTMeanSec: 1, TTFTP99Sec: 2,
+			Classes: map[string]*Summary{
+				ClassCritical:  {Completed: 50, TTFTMeanSec: critical, TTFTP99Sec: 2 * critical},
+				ClassSheddable: {Completed: 50 - shed, Failed: shed, Shed: shed},
+			}}}
+	}
+	cases := []struct {
+		name    string
+		results []*Result
+		want    string
+	}{
+		{"the leader sheds", []*Result{classed("gpuroute", 1, 22), classed("llm-d", 3, 0)},
+			"gpuroute first on critical mean TTFT by 3.0× over llm-d; gpuroute first on critical p99 TTFT by 3.0× over llm-d; gpuroute shed 22% of the requests (22 sheddable)."},
+		{"a tied leader sheds", []*Result{classed("gpuroute", 1, 0), classed("least-tokens", 1, 5)},
+			"gpuroute and least-tokens tied on critical mean TTFT (<1% apart, within the noise); gpuroute and least-tokens tied on critical p99 TTFT (<1% apart, within the noise); least-tokens shed 5% of the requests (5 sheddable)."},
+		{"the focus sheds behind", []*Result{classed("llm-d", 1, 0), classed("round-robin", 2, 0), classed("gpuroute", 4, 9)},
+			"llm-d first on critical mean TTFT by 2.0× over round-robin; gpuroute 3rd, 4.0× behind; llm-d first on critical p99 TTFT by 2.0× over round-robin; gpuroute 3rd, 4.0× behind; gpuroute shed 9% of the requests (9 sheddable)."},
+		{"a follower's and the reference's sheds go unsaid", []*Result{classed("gpuroute", 1, 0), classed("llm-d", 2, 7), classed(ReferencePolicy, 1, 9)},
+			"gpuroute first on critical mean TTFT by 2.0× over llm-d; gpuroute first on critical p99 TTFT by 2.0× over llm-d."},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			wr := WorkloadResults{Workload: &Workload{}, Results: c.results}
+			if got := wr.Verdict("gpuroute"); got != c.want {
+				t.Errorf("Verdict(%s) =\n%q, want\n%q", c.name, got, c.want)
 			}
 		})
 	}

@@ -166,7 +166,7 @@ func (r Ranking) Leaders() []Placing {
 
 // Verdict says in one clause who leads on the ranking's metric and by how
 // much, who ties with the leader, and where focus (gpuroute) stands when
-// it is not among the leaders:
+// it is neither among the leaders nor the runner-up named with the margin:
 //
 //	gpuroute first on mean TTFT by 12% over llm-d-322
 //	gpuroute and always-warm tied on p99 TTFT (2% apart, within the noise), 30% ahead of llm-d
@@ -209,7 +209,8 @@ func (r Ranking) Verdict(focus string) string {
 		}
 	}
 	for _, p := range competing {
-		if p.Policy == focus && p.Rank > 1 {
+		// The runner-up is named above, with its margin.
+		if p.Policy == focus && p.Rank > 1 && p.Policy != next.Policy {
 			b.WriteString("; " + focus + " " + ordinal(p.Rank) + ", " + margin(p.Value, best.Value) + " behind")
 		}
 	}
