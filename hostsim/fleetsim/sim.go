@@ -168,13 +168,16 @@ type reqState struct {
 	heldSince    time.Duration
 	admitted     bool
 	cachedTokens int
-	firstAt      time.Duration
-	doneAt       time.Duration
-	hasFirst     bool
-	done         bool
-	failed       bool
-	streamed     int // tokens reported to the policy
-	migrated     int
+	// reusable is the most prompt tokens any replica had cached when the
+	// request arrived: the reuse the best router could have had.
+	reusable int
+	firstAt  time.Duration
+	doneAt   time.Duration
+	hasFirst bool
+	done     bool
+	failed   bool
+	streamed int // tokens reported to the policy
+	migrated int
 }
 
 type drainRec struct {
@@ -200,6 +203,7 @@ type sim struct {
 	load     [][]float64
 
 	newAfterClose int
+	wrongModel    int
 	migrated      int
 	failedReqs    int
 	drains        []drainRec
@@ -297,6 +301,7 @@ func Run(cfg Config, w *Workload, p Policy) (*Result, error) {
 			s.lastWork = t
 			st := &s.states[next]
 			next++
+			st.reusable = s.reusable(st.req)
 			s.dispatch(st)
 			continue
 		}
@@ -307,6 +312,15 @@ func Run(cfg Config, w *Workload, p Policy) (*Result, error) {
 		s.handle(e)
 	}
 	return s.result(time.Since(start)), nil
+}
+
+// reusable returns the most tokens of req's prompt a replica has cached now.
+func (s *sim) reusable(req *Request) int {
+	best := 0
+	for _, r := range s.f.replicas {
+		best = max(best, r.CachedPrefixTokens(req))
+	}
+	return best
 }
 
 // snapshot refreshes the routers' scrapes as of time t. The state is
@@ -412,6 +426,13 @@ func (s *sim) handOver(st *reqState, d Decision) {
 		return
 	}
 	r := s.f.replicas[d.Replica]
+	if !r.Serves(st.req.Model) {
+		// The engine answers 404 model_not_found: final.
+		s.wrongModel++
+		st.answered = true
+		s.fail(st)
+		return
+	}
 	if err := r.accept(s.now, st); err != nil {
 		if r.draining {
 			s.newAfterClose++

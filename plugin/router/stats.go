@@ -24,6 +24,7 @@ const (
 	statDrainResets     = "gpuroute_drain_resets_total"
 	statUnavailable     = "gpuroute_local_replies_503_total"
 	statOverloaded      = "gpuroute_local_replies_429_total"
+	statModelNotFound   = "gpuroute_local_replies_404_total"
 	statBodyUnparsed    = "gpuroute_body_unparsed_total"
 	statMemoReplays     = "gpuroute_prompt_memo_replays_total"
 	statLeaseChanges    = "gpuroute_lease_changes_total"
@@ -31,12 +32,18 @@ const (
 	statPassiveEjects   = "gpuroute_passive_ejections_total"
 	statInFlight        = "gpuroute_in_flight"
 	statClosedReplicas  = "gpuroute_closed_replicas"
-	statHeld            = "gpuroute_held"
 	statInfo            = "gpuroute_info"
 	statPeerImported    = "gpuroute_peer_placements_imported_total"
 	statPeerFailures    = "gpuroute_peer_failures_total"
 	statPeerServed      = "gpuroute_peer_requests_served_total"
 	statPeerRefused     = "gpuroute_peer_requests_refused_total"
+	// The feedback (feedback.go): the cached tokens the prefix index
+	// predicted and the engines reported for the same responses, and the
+	// corrections, short (an eviction shown) and long (a surplus).
+	statCachePredicted   = "gpuroute_cache_predicted_tokens_total"
+	statCacheReported    = "gpuroute_cache_reported_tokens_total"
+	statCorrectionsShort = "gpuroute_cache_corrections_short_total"
+	statCorrectionsLong  = "gpuroute_cache_corrections_long_total"
 )
 
 // Per-replica stats: statReplicaPrefix, the replica's name (statName), then
@@ -90,16 +97,17 @@ type stats struct {
 	adapterHost, adapterStorage              stat
 	scrapes, scrapeFailures, drainResets     stat
 	unavailable, overloaded, bodyUnparsed    stat
+	modelNotFound                            stat
 	memoReplays                              stat
 	leaseChanges, sweptFlights               stat
 	passiveEjections                         stat
 	inFlight, closedReplicas                 stat
 	peerImported, peerFailures               stat
 	peerServed, peerRefused                  stat
-	// held counts the requests held at the router for capacity.
-	held     stat
-	info     stat
-	byReason [numReasons]stat
+	cachePredicted, cacheReported            stat
+	correctionsShort, correctionsLong        stat
+	info                                     stat
+	byReason                                 [numReasons]stat
 	// reasonKeys name byReason's counts in the status endpoint: the
 	// reason as in the stat's name.
 	reasonKeys [numReasons]string
@@ -139,6 +147,7 @@ func (s *stats) define(log *logPrefix, replicas []string) {
 	s.drainResets = def(c, statDrainResets)
 	s.unavailable = def(c, statUnavailable)
 	s.overloaded = def(c, statOverloaded)
+	s.modelNotFound = def(c, statModelNotFound)
 	s.bodyUnparsed = def(c, statBodyUnparsed)
 	s.memoReplays = def(c, statMemoReplays)
 	s.leaseChanges = def(c, statLeaseChanges)
@@ -148,10 +157,13 @@ func (s *stats) define(log *logPrefix, replicas []string) {
 	s.peerFailures = def(c, statPeerFailures)
 	s.peerServed = def(c, statPeerServed)
 	s.peerRefused = def(c, statPeerRefused)
+	s.cachePredicted = def(c, statCachePredicted)
+	s.cacheReported = def(c, statCacheReported)
+	s.correctionsShort = def(c, statCorrectionsShort)
+	s.correctionsLong = def(c, statCorrectionsLong)
 	g := proxy.MetricTypeGauge
 	s.inFlight = def(g, statInFlight)
 	s.closedReplicas = def(g, statClosedReplicas)
-	s.held = def(g, statHeld)
 	s.info = def(g, statInfo)
 	for i := range s.byReason {
 		s.reasonKeys[i] = strings.ReplaceAll(scoring.Reason(i).String(), "-", "_")
