@@ -78,7 +78,15 @@ func logAxis(lo, hi float64) axis {
 	return a
 }
 
-func tickFormat(v float64) string { return strconv.FormatFloat(v, 'g', 3, 64) }
+// tickFormat labels a tick in plain digits ("0.01", "2500", "10000"):
+// a reader of seconds and requests should not have to read "1e+03"
+// (TestTickFormat).
+func tickFormat(v float64) string {
+	if math.Abs(v) >= 1000 && v == math.Trunc(v) {
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(v, 'g', 3, 64)
+}
 
 // legendEntry is one line of a chart's legend: a swatch drawn as a line,
 // a dot or a square in color.

@@ -130,6 +130,28 @@ func TestWorkloadVerdict(t *testing.T) {
 	}
 }
 
+func TestTickFormat(t *testing.T) {
+	cases := []struct {
+		name string
+		v    float64
+		want string
+	}{
+		{"decade below one", 0.01, "0.01"},
+		{"fraction", 0.25, "0.25"},
+		{"small integer", 50, "50"},
+		{"thousand", 1000, "1000"},
+		{"thousands", 2500, "2500"},
+		{"ten thousand", 1e4, "10000"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := tickFormat(c.v); got != c.want {
+				t.Errorf("tickFormat(%v) = %q, want %q", c.v, got, c.want)
+			}
+		})
+	}
+}
+
 func TestMetrics(t *testing.T) {
 	classed := &Result{Summary: Summary{Policy: "a", Classes: map[string]*Summary{ClassCritical: {}, ClassSheddable: {}}}}
 	plain := &Result{Summary: Summary{Policy: "a"}}
