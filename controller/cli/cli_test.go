@@ -43,19 +43,19 @@ const mixed = `{
   "adapters": {"sql-lora": "meta-llama/Llama-3.1-8B-Instruct"}
 }`
 
-// envoyFilters are two gpuroute EnvoyFilters, the second with a typo in
-// its configuration, and one that only patches a cluster.
-const envoyFilters = `# two gpuroute EnvoyFilters, the second with a typo
-apiVersion: networking.istio.io/v1alpha3
+// gpurouteEnvoyFilter is an EnvoyFilter defining a gpuroute filter with
+// a plugin configuration.
+func gpurouteEnvoyFilter(name, configuration string) string {
+	return `apiVersion: networking.istio.io/v1alpha3
 kind: EnvoyFilter
-metadata: {name: gpuroute, namespace: istio-system}
+metadata: {name: ` + name + `, namespace: istio-system}
 spec:
   configPatches:
   - applyTo: EXTENSION_CONFIG
     patch:
       operation: ADD
       value:
-        name: gpuroute
+        name: ` + name + `
         typed_config:
           "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
           config:
@@ -63,26 +63,15 @@ spec:
             allow_on_headers_stop_iteration: true
             configuration:
               "@type": type.googleapis.com/google.protobuf.StringValue
-              value: '{"tick_ms": 100, "max_body_bytes": 1048576, "replicas": [{"name": "vllm-0", "address": "10.0.0.1:8000", "hardware": "a100"}]}'
----
-apiVersion: networking.istio.io/v1alpha3
-kind: EnvoyFilter
-metadata: {name: gpuroute-canary, namespace: istio-system}
-spec:
-  configPatches:
-  - applyTo: EXTENSION_CONFIG
-    patch:
-      operation: ADD
-      value:
-        name: gpuroute-canary
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
-          config:
-            allow_on_headers_stop_iteration: true
-            configuration:
-              "@type": type.googleapis.com/google.protobuf.StringValue
-              value: '{"replicas": [{"name": "vllm-0", "address": "10.0.0.1:8000", "hardwre": "a100"}]}'
----
+              value: '` + configuration + `'
+`
+}
+
+// envoyFilters are two gpuroute EnvoyFilters, the second with a typo in
+// its configuration, and one that only patches a cluster.
+var envoyFilters = gpurouteEnvoyFilter("gpuroute", `{"tick_ms": 100, "max_body_bytes": 1048576, "replicas": [{"name": "vllm-0", "address": "10.0.0.1:8000", "hardware": "a100"}]}`) +
+	"---\n" + gpurouteEnvoyFilter("gpuroute-canary", `{"replicas": [{"name": "vllm-0", "address": "10.0.0.1:8000", "hardwre": "a100"}]}`) +
+	`---
 apiVersion: networking.istio.io/v1alpha3
 kind: EnvoyFilter
 metadata: {name: original-dst, namespace: istio-system}
