@@ -61,7 +61,7 @@ type Filter struct {
 // operation to extension configs), or nil if it has none. The filter must
 // set allow_on_headers_stop_iteration: without it Envoy withholds the body
 // gpuroute routes on and every request hangs, so a list is never written
-// into a filter that cannot use it (TestFind).
+// into a filter that cannot use it (TestPublishRefused).
 func Find(spec *networkingv1alpha3.EnvoyFilter) (*Filter, error) {
 	f, err := find(spec)
 	if err != nil {
