@@ -1,7 +1,7 @@
 // Package controller keeps gpuroute's replica list in step with a
 // Kubernetes fleet: it watches an InferencePool and the Pods it selects (or
 // a Service's EndpointSlices), the nodes they run on, and hands every change
-// of the list to its publishers (an Istio WasmPlugin, an ECDS server for
+// of the list to its publishers (an Istio EnvoyFilter, an ECDS server for
 // plain Envoy, a file for the local gateway).
 //
 //	c, err := controller.New(kube, dyn, controller.Options{Namespace: "llm", Pool: "llama",
@@ -50,7 +50,7 @@ type Publisher interface {
 }
 
 // Watcher is a Publisher whose destination can change under it (a
-// WasmPlugin someone applies again): Watch calls changed on every change
+// EnvoyFilter someone applies again): Watch calls changed on every change
 // until ctx ends, and returns once it is watching.
 type Watcher interface {
 	Watch(ctx context.Context, changed func()) error

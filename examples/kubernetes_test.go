@@ -2,7 +2,9 @@ package examples
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -24,7 +26,7 @@ import (
 	extensionsv1alpha1 "istio.io/api/extensions/v1alpha1"
 	networkingv1 "istio.io/api/networking/v1"
 	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
-	clientv1alpha1 "istio.io/client-go/pkg/apis/extensions/v1alpha1"
+	clientv1alpha3 "istio.io/client-go/pkg/apis/networking/v1alpha3"
 	istiofake "istio.io/client-go/pkg/clientset/versioned/fake"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -45,8 +47,8 @@ import (
 	"github.com/gpuroute/gpuroute/controller"
 	"github.com/gpuroute/gpuroute/controller/cli"
 	"github.com/gpuroute/gpuroute/controller/ecds"
+	"github.com/gpuroute/gpuroute/controller/envoyfilter"
 	"github.com/gpuroute/gpuroute/controller/pool"
-	"github.com/gpuroute/gpuroute/controller/wasmplugin"
 	"github.com/gpuroute/gpuroute/examples/wasmimage"
 	"github.com/gpuroute/gpuroute/plugin/config"
 )
@@ -54,7 +56,7 @@ import (
 // kubernetesFiles are the manifests of examples/kubernetes.
 var kubernetesFiles = []string{
 	"fleet.yaml", "controller-rbac.yaml", "prometheus.yaml",
-	"istio/controller.yaml", "istio/wasmplugin.yaml", "istio/mesh.yaml",
+	"istio/controller.yaml", "istio/envoyfilter-gpuroute.yaml", "istio/mesh.yaml",
 	"envoy/controller.yaml", "envoy/gateway.yaml",
 }
 
@@ -298,20 +300,33 @@ func (s *signalled) Publish(ctx context.Context, rs []pool.Replica) error {
 	return err
 }
 
-// wasmPluginObject returns the example WasmPlugin as the API server stores it.
-func wasmPluginObject(t *testing.T, m *manifests) *clientv1alpha1.WasmPlugin {
+// gpurouteEnvoyFilter returns the example EnvoyFilter that defines the
+// gpuroute filter, as the API server stores it.
+func gpurouteEnvoyFilter(t *testing.T, m *manifests) *clientv1alpha3.EnvoyFilter {
 	t.Helper()
+	var found *clientv1alpha3.EnvoyFilter
 	for _, im := range m.istio {
-		if _, ok := im.spec.(*extensionsv1alpha1.WasmPlugin); ok {
-			var wp clientv1alpha1.WasmPlugin
-			if err := yaml.Unmarshal(im.doc, &wp); err != nil {
-				t.Fatal(err)
-			}
-			return &wp
+		spec, ok := im.spec.(*networkingv1alpha3.EnvoyFilter)
+		if !ok {
+			continue
+		}
+		if f, err := envoyfilter.Find(spec); err != nil {
+			t.Fatalf("EnvoyFilter %s: %v", im.obj.Metadata.Name, err)
+		} else if f == nil {
+			continue
+		}
+		if found != nil {
+			t.Fatalf("EnvoyFilters %s and %s both define a Wasm filter, want one", found.Name, im.obj.Metadata.Name)
+		}
+		found = &clientv1alpha3.EnvoyFilter{}
+		if err := yaml.Unmarshal(im.doc, found); err != nil {
+			t.Fatal(err)
 		}
 	}
-	t.Fatal("no WasmPlugin in examples/kubernetes")
-	return nil
+	if found == nil {
+		t.Fatal("no EnvoyFilter in examples/kubernetes defines the gpuroute filter")
+	}
+	return found
 }
 
 // runController runs the controller a Deployment describes against fake
@@ -452,46 +467,48 @@ func checkRBAC(t *testing.T, m *manifests, d *appsv1.Deployment, actions []k8ste
 
 func TestKubernetesIstio(t *testing.T) {
 	m := loadKubernetes(t)
-	ra, d := controllerArgs(t, m, "wasmplugin")
+	ra, d := controllerArgs(t, m, "envoyfilter")
+	for _, im := range m.istio {
+		if _, ok := im.spec.(*extensionsv1alpha1.WasmPlugin); ok {
+			t.Errorf("WasmPlugin %s: a WasmPlugin cannot set allow_on_headers_stop_iteration, so its requests hang; define the filter with an EnvoyFilter", im.obj.Metadata.Name)
+		}
+	}
 
-	// The WasmPlugin the controller writes is the example's, and carries
-	// every key but the replicas, which are the controller's.
-	wp := wasmPluginObject(t, m)
-	if ra.WasmPlugin != wp.Namespace+"/"+wp.Name {
-		t.Errorf("--wasmplugin=%s, want the example's %s/%s", ra.WasmPlugin, wp.Namespace, wp.Name)
+	// The EnvoyFilter the controller writes is the example's gpuroute
+	// filter, and carries every key but the replicas, which are the
+	// controller's.
+	ef := gpurouteEnvoyFilter(t, m)
+	if ra.EnvoyFilter != ef.Namespace+"/"+ef.Name {
+		t.Errorf("--envoyfilter=%s, want the example's %s/%s", ra.EnvoyFilter, ef.Namespace, ef.Name)
 	}
-	if _, set := wp.Spec.GetPluginConfig().GetFields()[config.KeyReplicas]; set {
-		t.Errorf("WasmPlugin pluginConfig sets replicas, which the controller writes")
+	applied, err := envoyfilter.Find(&ef.Spec)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if wp.Spec.GetFailStrategy() != extensionsv1alpha1.FailStrategy_FAIL_CLOSE || !strings.HasPrefix(wp.Spec.GetUrl(), "oci://") {
-		t.Errorf("WasmPlugin failStrategy %v url %q, want FAIL_CLOSE and an oci:// module", wp.Spec.GetFailStrategy(), wp.Spec.GetUrl())
+	var keys map[string]json.RawMessage
+	if err := json.Unmarshal(applied.Configuration, &keys); err != nil {
+		t.Fatalf("the gpuroute filter's configuration %s: %v", applied.Configuration, err)
+	}
+	if _, set := keys[config.KeyReplicas]; set {
+		t.Errorf("the gpuroute filter's configuration sets replicas, which the controller writes")
 	}
 
 	// The controller, run as its Deployment says against the example
 	// fleet, writes a list the plugin accepts, asking only what RBAC grants.
-	ic := istiofake.NewSimpleClientset(wp)
-	pub := &wasmplugin.Publisher{Client: ic, Namespace: wp.Namespace, Name: wp.Name}
+	ic := istiofake.NewSimpleClientset(ef)
+	pub := &envoyfilter.Publisher{Client: ic, Namespace: ef.Namespace, Name: ef.Name}
 	actions := runController(t, m, ra, pub, ic)
 	checkRBAC(t, m, d, actions)
-	got, err := ic.ExtensionsV1alpha1().WasmPlugins(wp.Namespace).Get(context.Background(), wp.Name, metav1.GetOptions{})
+	published, err := ic.NetworkingV1alpha3().EnvoyFilters(ef.Namespace).Get(context.Background(), ef.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
-	}
-	js, err := protojson.Marshal(got.Spec.GetPluginConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Parse(js)
-	if err != nil {
-		t.Fatalf("config.Parse(written pluginConfig %s) = %v", js, err)
-	}
-	if len(cfg.Replicas) != 2 || cfg.Replicas[0].Hardware != "h100" || cfg.Replicas[0].MetricsCluster != ra.MetricsCluster {
-		t.Errorf("written replicas %+v, want the two fleet Pods on h100 scraped through %s", cfg.Replicas, ra.MetricsCluster)
 	}
 
-	// The clusters the configuration names are the ones the mesh builds:
-	// outbound|port||host of a resolution NONE ServiceEntry, made to read
-	// its header by the EnvoyFilter.
+	// Every EnvoyFilter, the gpuroute one as published, holds up to the
+	// checks of examples/istio's: the filter (an ECDS resource that lets
+	// the plugin pause the headers, asked for just before the router), the
+	// clusters reading their headers, the timeouts a held request lives
+	// under.
 	entries := istioSpecs[*networkingv1.ServiceEntry](m)
 	originalDst := map[string]bool{} // cluster names
 	hostOf := map[string]string{}
@@ -506,27 +523,62 @@ func TestKubernetesIstio(t *testing.T) {
 			}
 		}
 	}
+	envoyFilters := istioSpecs[*networkingv1alpha3.EnvoyFilter](m)
+	envoyFilters[ef.Namespace+"/"+ef.Name] = &published.Spec
+	var cfg *config.Config
+	var added, asked []string
+	var hcms []*hcmv3.HttpConnectionManager
 	headerOf := map[string]string{}
-	for _, ef := range istioSpecs[*networkingv1alpha3.EnvoyFilter](m) {
-		for _, cp := range ef.GetConfigPatches() {
+	for _, key := range slices.Sorted(maps.Keys(envoyFilters)) {
+		for i, cp := range envoyFilters[key].GetConfigPatches() {
+			where := "EnvoyFilter " + key + ": patch " + strconv.Itoa(i) + " (" + cp.GetApplyTo().String() + ")"
 			js, err := protojson.Marshal(cp.GetPatch().GetValue())
 			if err != nil {
 				t.Fatal(err)
 			}
-			var c clusterv3.Cluster
-			if err := strict.Unmarshal(js, &c); err != nil {
-				t.Fatalf("EnvoyFilter patch %s is not an Envoy Cluster: %v", js, err)
-			}
-			od := c.GetOriginalDstLbConfig()
-			if od.GetUseHttpHeader() && c.GetLbPolicy() == clusterv3.Cluster_CLUSTER_PROVIDED {
-				header := od.GetHttpHeaderName()
-				if header == "" {
-					header = originalDstHeader
+			switch cp.GetApplyTo() {
+			case networkingv1alpha3.EnvoyFilter_EXTENSION_CONFIG:
+				var name string
+				name, cfg = checkExtensionPatch(t, where, cp, js)
+				added = append(added, name)
+			case networkingv1alpha3.EnvoyFilter_HTTP_FILTER:
+				asked = append(asked, checkHTTPFilterPatch(t, where, cp, js))
+			case networkingv1alpha3.EnvoyFilter_NETWORK_FILTER:
+				hcms = append(hcms, checkHCMPatch(t, where, cp, js))
+			case networkingv1alpha3.EnvoyFilter_CLUSTER:
+				var c clusterv3.Cluster
+				if err := strict.Unmarshal(js, &c); err != nil {
+					t.Fatalf("%s: %s is not an Envoy Cluster: %v", where, js, err)
 				}
-				headerOf[cp.GetMatch().GetCluster().GetName()] = header
+				od := c.GetOriginalDstLbConfig()
+				if od.GetUseHttpHeader() && c.GetLbPolicy() == clusterv3.Cluster_CLUSTER_PROVIDED {
+					header := od.GetHttpHeaderName()
+					if header == "" {
+						header = originalDstHeader
+					}
+					headerOf[cp.GetMatch().GetCluster().GetName()] = header
+				}
+			default:
+				t.Errorf("%s: unexpected applyTo", where)
 			}
 		}
 	}
+	if len(added) != 1 || !slices.Equal(added, asked) {
+		t.Fatalf("extension configs %v, HTTP filters asking for %v; want the one gpuroute filter both", added, asked)
+	}
+	if len(cfg.Replicas) != 2 || cfg.Replicas[0].Hardware != "h100" || cfg.Replicas[0].MetricsCluster != ra.MetricsCluster {
+		t.Errorf("published replicas %+v, want the two fleet Pods on h100 scraped through %s", cfg.Replicas, ra.MetricsCluster)
+	}
+	if len(hcms) == 0 {
+		t.Error("no EnvoyFilter sets the gateway's stream_idle_timeout")
+	}
+	for _, hcm := range hcms {
+		checkHeldTimeouts(t, "EnvoyFilter HttpConnectionManager patch", hcm, cfg)
+	}
+
+	// The clusters the configuration names are the ones the mesh builds:
+	// outbound|port||host of a resolution NONE ServiceEntry, made to read
+	// its header by an EnvoyFilter.
 	if !originalDst[ra.MetricsCluster] || headerOf[ra.MetricsCluster] != originalDstHeader {
 		t.Errorf("--metrics-cluster=%s: want the ORIGINAL_DST cluster of a resolution NONE ServiceEntry reading %s, got header %q",
 			ra.MetricsCluster, originalDstHeader, headerOf[ra.MetricsCluster])
@@ -534,6 +586,9 @@ func TestKubernetesIstio(t *testing.T) {
 	routed := 0
 	for _, vs := range istioSpecs[*networkingv1.VirtualService](m) {
 		for _, h := range vs.GetHttp() {
+			if d := h.GetTimeout(); d == nil || (d.AsDuration() != 0 && d.AsDuration() <= longestHold(cfg)) {
+				t.Errorf("VirtualService route %s timeout %v, want 0s, stated", h.GetName(), d)
+			}
 			for _, r := range h.GetRoute() {
 				name := "outbound|" + strconv.Itoa(int(r.GetDestination().GetPort().GetNumber())) + "||" + r.GetDestination().GetHost()
 				if r.GetDestination().GetHost() == hostOf[ra.MetricsCluster] {
@@ -767,7 +822,7 @@ func TestKubernetesPrometheus(t *testing.T) {
 		t.Fatalf("%d PodMonitors, want 2 (Envoy and Istio gateways)", len(m.podMonitors))
 	}
 	gw := find[*appsv1.Deployment](t, m, "gpuroute", "gpuroute-gateway")
-	istioSelector := wasmPluginObject(t, m).Spec.GetSelector().GetMatchLabels()
+	istioSelector := gpurouteEnvoyFilter(t, m).Spec.GetWorkloadSelector().GetLabels()
 	for _, pm := range m.podMonitors {
 		sel := pm.Spec.Selector.MatchLabels
 		ep := pm.Spec.PodMetricsEndpoints[0]
@@ -782,7 +837,7 @@ func TestKubernetesPrometheus(t *testing.T) {
 				t.Errorf("PodMonitor %s scrapes port %q, which the gateway does not name", pm.Metadata.Name, ep.Port)
 			}
 		case !mapsEqual(sel, istioSelector):
-			t.Errorf("PodMonitor %s selects %v, want the WasmPlugin's gateways %v", pm.Metadata.Name, sel, istioSelector)
+			t.Errorf("PodMonitor %s selects %v, want the gpuroute EnvoyFilter's gateways %v", pm.Metadata.Name, sel, istioSelector)
 		}
 		if ep.Path != "/stats/prometheus" {
 			t.Errorf("PodMonitor %s path %q, want Envoy's /stats/prometheus", pm.Metadata.Name, ep.Path)

@@ -32,9 +32,9 @@ const usage = `usage: gpuroute-controller COMMAND [flags]
 
 commands:
   run       watch an InferencePool (or a Service's EndpointSlices) and publish the
-            replica list to an Istio WasmPlugin, an ECDS server and/or a file
-  validate  FILE  check a plugin configuration (JSON, a WasmPlugin's pluginConfig
-            or an ECDS TypedExtensionConfig) with the plugin's own parser
+            replica list to an Istio EnvoyFilter, an ECDS server and/or a file
+  validate  FILE  check a plugin configuration (JSON, the gpuroute filter of an
+            EnvoyFilter or an ECDS TypedExtensionConfig) with the plugin's own parser
   render    --objects FILE.yaml  print the plugin configuration for the
             Kubernetes objects in a file (kubectl get -o yaml output)
   version   print the release

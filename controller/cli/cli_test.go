@@ -43,25 +43,52 @@ const mixed = `{
   "adapters": {"sql-lora": "meta-llama/Llama-3.1-8B-Instruct"}
 }`
 
-const wasmPlugins = `# two WasmPlugins, the second with a typo
-apiVersion: extensions.istio.io/v1alpha1
+// gpurouteEnvoyFilter is an EnvoyFilter defining a gpuroute filter with
+// a plugin configuration.
+func gpurouteEnvoyFilter(name, configuration string) string {
+	return `apiVersion: networking.istio.io/v1alpha3
+kind: EnvoyFilter
+metadata: {name: ` + name + `, namespace: istio-system}
+spec:
+  configPatches:
+  - applyTo: EXTENSION_CONFIG
+    patch:
+      operation: ADD
+      value:
+        name: ` + name + `
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm
+          config:
+            vm_config: {vm_id: gpuroute, code: {local: {filename: /etc/gpuroute/gpuroute.wasm}}}
+            allow_on_headers_stop_iteration: true
+            configuration:
+              "@type": type.googleapis.com/google.protobuf.StringValue
+              value: '` + configuration + `'
+`
+}
+
+// envoyFilters are two gpuroute EnvoyFilters, the second with a typo in
+// its configuration, and one that only patches a cluster.
+var envoyFilters = gpurouteEnvoyFilter("gpuroute", `{"tick_ms": 100, "max_body_bytes": 1048576, "replicas": [{"name": "vllm-0", "address": "10.0.0.1:8000", "hardware": "a100"}]}`) +
+	"---\n" + gpurouteEnvoyFilter("gpuroute-canary", `{"replicas": [{"name": "vllm-0", "address": "10.0.0.1:8000", "hardwre": "a100"}]}`) +
+	`---
+apiVersion: networking.istio.io/v1alpha3
+kind: EnvoyFilter
+metadata: {name: original-dst, namespace: istio-system}
+spec:
+  configPatches:
+  - applyTo: CLUSTER
+    patch: {operation: MERGE, value: {lb_policy: CLUSTER_PROVIDED}}
+`
+
+const wasmPlugin = `apiVersion: extensions.istio.io/v1alpha1
 kind: WasmPlugin
 metadata: {name: gpuroute, namespace: istio-system}
 spec:
   url: oci://registry.example.com/gpuroute:0.2.0
   pluginConfig:
-    tick_ms: 100
-    max_body_bytes: 1048576
     replicas:
     - {name: vllm-0, address: 10.0.0.1:8000, hardware: a100}
----
-apiVersion: extensions.istio.io/v1alpha1
-kind: WasmPlugin
-metadata: {name: gpuroute-canary, namespace: istio-system}
-spec:
-  pluginConfig:
-    replicas:
-    - {name: vllm-0, address: 10.0.0.1:8000, hardwre: a100}
 `
 
 // mixedModels is a fleet of two GPU classes serving two models: Llama 3.1
@@ -95,15 +122,21 @@ func TestValidate(t *testing.T) {
 			status: ExitOK, out: "models.json: ok, 3 replicas (2 h200, 1 mi300x), 1 adapters\n"},
 		{name: "stdin", args: []string{"validate", "-"}, stdin: mixed,
 			status: ExitOK, out: "-: ok, 4 replicas (2 h100, 1 a100, 1 l40s), 1 adapters\n"},
-		{name: "WasmPlugins, each on its own", args: []string{"validate", file(t, "wp.yaml", wasmPlugins)},
-			status: ExitRefused, out: "wp.yaml WasmPlugin istio-system/gpuroute: ok, 1 replicas (1 a100)\n",
-			errs: `wp.yaml WasmPlugin istio-system/gpuroute-canary: config: replicas[0]: unknown key "hardwre"` + "\n"},
+		{name: "EnvoyFilters, each on its own", args: []string{"validate", file(t, "ef.yaml", envoyFilters)},
+			status: ExitRefused, out: "ef.yaml EnvoyFilter istio-system/gpuroute: ok, 1 replicas (1 a100)\n",
+			errs: `ef.yaml EnvoyFilter istio-system/gpuroute-canary: config: replicas[0]: unknown key "hardwre"` + "\n"},
+		{name: "an EnvoyFilter of the examples", args: []string{"validate", filepath.Join("..", "..", "examples", "istio", "envoyfilter-gpuroute-oci.yaml")},
+			status: ExitOK, out: "envoyfilter-gpuroute-oci.yaml EnvoyFilter istio-system/gpuroute: ok, 2 replicas (1 h100, 1 a100)\n"},
+		{name: "an EnvoyFilter whose filter would hang", args: []string{"validate", file(t, "hang.yaml", strings.Replace(envoyFilters, "allow_on_headers_stop_iteration: true", "", 1))},
+			status: ExitRefused, errs: `hang.yaml: envoyfilter: configPatches[0]: filter "gpuroute" must set allow_on_headers_stop_iteration: true`},
+		{name: "a WasmPlugin refused", args: []string{"validate", file(t, "wp.yaml", wasmPlugin)},
+			status: ExitRefused, errs: "wp.yaml: document 1 is a WasmPlugin, which cannot set allow_on_headers_stop_iteration"},
 		{name: "an ECDS template of the examples", args: []string{"validate", filepath.Join("..", "..", "examples", "envoy", "gpuroute-filter.yaml")},
 			status: ExitOK, out: "gpuroute-filter.yaml TypedExtensionConfig gpuroute: ok, 2 replicas (2 h100)\n"},
 		{name: "malformed JSON", args: []string{"validate", file(t, "bad.json", `{"replicas": [}`)},
 			status: ExitRefused, errs: "bad.json: config: malformed JSON at offset 14"},
 		{name: "no configuration in it", args: []string{"validate", file(t, "pod.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: vllm-0}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: vllm-1}\n")},
-			status: ExitRefused, errs: "pod.yaml: holds no plugin configuration, WasmPlugin or TypedExtensionConfig\n"},
+			status: ExitRefused, errs: "pod.yaml: holds no plugin configuration, gpuroute EnvoyFilter or TypedExtensionConfig\n"},
 		{name: "no file", args: []string{"validate"}, status: ExitUsage, errs: "usage: gpuroute-controller validate FILE"},
 		{name: "missing file", args: []string{"validate", filepath.Join(t.TempDir(), "none.json")}, status: ExitUsage, errs: "no such file or directory"},
 	}
@@ -214,7 +247,7 @@ const wantFleet = `{
 
 func TestRender(t *testing.T) {
 	objects := file(t, "objects.yaml", fleet)
-	base := file(t, "wp.yaml", strings.SplitN(wasmPlugins, "---", 2)[0])
+	base := file(t, "ef.yaml", strings.SplitN(envoyFilters, "---", 2)[0])
 	twoPools := file(t, "two.yaml", fleet+`- apiVersion: inference.networking.k8s.io/v1
   kind: InferencePool
   metadata: {name: qwen, namespace: llm}
@@ -243,7 +276,7 @@ metadata: {name: vllm, namespace: llm, annotations: {gpuroute.io/hardware: l4}}
 	}{
 		{name: "exactly the ready pods", args: []string{"render", "--objects", objects, "--metrics-cluster", "gpuroute_metrics"},
 			status: ExitOK, out: wantFleet, errs: "not ready: 1\n"},
-		{name: "on a WasmPlugin's configuration", args: []string{"render", "--objects", objects, "--base", base},
+		{name: "on an EnvoyFilter's configuration", args: []string{"render", "--objects", objects, "--base", base},
 			status: ExitOK, out: `"max_body_bytes": 1048576,`, errs: "not ready: 1\n"},
 		{name: "several pools need --pool", args: []string{"render", "--objects", twoPools},
 			status: ExitRefused, errs: "several InferencePools (llm/llama, llm/qwen); name one with --pool (and --namespace)"},
@@ -291,11 +324,11 @@ current-context: x
 		args []string
 		errs string
 	}{
-		{name: "nowhere to publish", args: []string{"--pool", "llama"}, errs: "nowhere to publish: give --wasmplugin, --ecds-listen or --file"},
+		{name: "nowhere to publish", args: []string{"--pool", "llama"}, errs: "nowhere to publish: give --envoyfilter, --ecds-listen or --file"},
 		{name: "ecds without template", args: []string{"--pool", "llama", "--ecds-listen", ":0"}, errs: "--ecds-listen and --ecds-template go together"},
-		{name: "base without file", args: []string{"--pool", "llama", "--wasmplugin", "a/b", "--base", "x.json"}, errs: "--base is for --file"},
+		{name: "base without file", args: []string{"--pool", "llama", "--envoyfilter", "a/b", "--base", "x.json"}, errs: "--base is for --file"},
 		{name: "neither pool nor service", args: []string{"--file", "out.json"}, errs: "controller: set exactly one of a pool and a service to follow"},
-		{name: "wasmplugin without namespace", args: []string{"--pool", "llama", "--wasmplugin", "gpuroute"}, errs: `--wasmplugin must be NAMESPACE/NAME, got "gpuroute"`},
+		{name: "envoyfilter without namespace", args: []string{"--pool", "llama", "--envoyfilter", "gpuroute"}, errs: `--envoyfilter must be NAMESPACE/NAME, got "gpuroute"`},
 		{name: "log level", args: []string{"--pool", "llama", "--file", "x", "--log-level", "loud"}, errs: `invalid value "loud" for flag -log-level`},
 		{name: "unknown flag", args: []string{"--pool", "llama", "--file", "x", "--replicas", "3"}, errs: "flag provided but not defined: -replicas"},
 		{name: "argument", args: []string{"llama"}, errs: `run takes flags only, got "llama"`},
@@ -328,7 +361,8 @@ func TestVersionAndUsage(t *testing.T) {
 // configuration found is one the plugin's parser then judges.
 func FuzzFiles(f *testing.F) {
 	f.Add([]byte(mixed))
-	f.Add([]byte(wasmPlugins))
+	f.Add([]byte(envoyFilters))
+	f.Add([]byte(wasmPlugin))
 	f.Add([]byte(fleet))
 	f.Add([]byte("name: gpuroute\ntyped_config: {\"@type\": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm, config: {}}"))
 	f.Add([]byte("---\n---\n# only a comment\n"))

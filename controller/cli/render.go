@@ -23,7 +23,7 @@ func renderCommand(args []string, stdin io.Reader, stdout, stderr io.Writer) int
 	var ff Fleet
 	ff.register(fs)
 	objects := fs.String("objects", "", "multi-document YAML (or a kubectl List) of the InferencePool or Service, its Pods or EndpointSlices, and their Nodes (- for stdin)")
-	base := fs.String("base", "", "the rest of the plugin configuration: JSON, a WasmPlugin or an ECDS TypedExtensionConfig (default {})")
+	base := fs.String("base", "", "the rest of the plugin configuration: JSON, a gpuroute EnvoyFilter or an ECDS TypedExtensionConfig (default {})")
 	fs.Usage = func() {
 		io.WriteString(stderr, "usage: "+Name+" render --objects FILE.yaml [flags]\n\n"+
 			"Prints the plugin configuration the controller would publish for these objects:\n"+

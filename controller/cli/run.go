@@ -23,7 +23,7 @@ import (
 
 	"github.com/gpuroute/gpuroute/controller"
 	"github.com/gpuroute/gpuroute/controller/ecds"
-	"github.com/gpuroute/gpuroute/controller/wasmplugin"
+	"github.com/gpuroute/gpuroute/controller/envoyfilter"
 	"github.com/gpuroute/gpuroute/plugin/version"
 )
 
@@ -31,8 +31,8 @@ import (
 type RunArgs struct {
 	Fleet
 	Kubeconfig string
-	// WasmPlugin is NAMESPACE/NAME.
-	WasmPlugin               string
+	// EnvoyFilter is NAMESPACE/NAME.
+	EnvoyFilter              string
 	ECDSListen, ECDSTemplate string
 	File, Base               string
 	HealthListen             string
@@ -43,7 +43,7 @@ type RunArgs struct {
 func (f *RunArgs) register(fs *flag.FlagSet) {
 	f.Fleet.register(fs)
 	fs.StringVar(&f.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: in the cluster, the service account; outside, $KUBECONFIG or ~/.kube/config)")
-	fs.StringVar(&f.WasmPlugin, "wasmplugin", "", "NAMESPACE/NAME of the Istio WasmPlugin whose spec.pluginConfig.replicas to write")
+	fs.StringVar(&f.EnvoyFilter, "envoyfilter", "", "NAMESPACE/NAME of the Istio EnvoyFilter whose gpuroute filter (its EXTENSION_CONFIG ADD) gets the replica list")
 	fs.StringVar(&f.ECDSListen, "ecds-listen", "", "address to serve ECDS (gRPC) on for plain Envoy, e.g. :18000; needs --ecds-template")
 	fs.StringVar(&f.ECDSTemplate, "ecds-template", "", "TypedExtensionConfig (YAML) of the gpuroute filter whose replica list ECDS fills in")
 	fs.StringVar(&f.File, "file", "", "file to write the whole plugin configuration to (the local gateway's --plugin-config)")
@@ -75,12 +75,12 @@ func ParseRunArgs(args []string, stderr io.Writer) (*RunArgs, error) {
 		return nil, errors.New("--base is for --file")
 	case (f.ECDSListen == "") != (f.ECDSTemplate == ""):
 		return nil, errors.New("--ecds-listen and --ecds-template go together")
-	case f.WasmPlugin == "" && f.ECDSListen == "" && f.File == "":
-		return nil, errors.New("nowhere to publish: give --wasmplugin, --ecds-listen or --file")
+	case f.EnvoyFilter == "" && f.ECDSListen == "" && f.File == "":
+		return nil, errors.New("nowhere to publish: give --envoyfilter, --ecds-listen or --file")
 	}
-	if f.WasmPlugin != "" {
-		if ns, name, ok := strings.Cut(f.WasmPlugin, "/"); !ok || ns == "" || name == "" {
-			return nil, errors.New("--wasmplugin must be NAMESPACE/NAME, got " + quote(f.WasmPlugin))
+	if f.EnvoyFilter != "" {
+		if ns, name, ok := strings.Cut(f.EnvoyFilter, "/"); !ok || ns == "" || name == "" {
+			return nil, errors.New("--envoyfilter must be NAMESPACE/NAME, got " + quote(f.EnvoyFilter))
 		}
 	}
 	return &f, nil
@@ -152,13 +152,13 @@ func run(ctx context.Context, f *RunArgs, log *slog.Logger) error {
 		return err
 	}
 	var pubs []controller.Publisher
-	if f.WasmPlugin != "" {
-		ns, name, _ := strings.Cut(f.WasmPlugin, "/")
+	if f.EnvoyFilter != "" {
+		ns, name, _ := strings.Cut(f.EnvoyFilter, "/")
 		ic, err := istioclient.NewForConfig(rc)
 		if err != nil {
 			return err
 		}
-		pubs = append(pubs, &wasmplugin.Publisher{Client: ic, Namespace: ns, Name: name, FieldManager: Name})
+		pubs = append(pubs, &envoyfilter.Publisher{Client: ic, Namespace: ns, Name: name, FieldManager: Name})
 	}
 	var srv *ecds.Server
 	if f.ECDSListen != "" {

@@ -12,11 +12,12 @@ import (
 	"strings"
 
 	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/types/known/structpb"
+	networkingv1alpha3 "istio.io/api/networking/v1alpha3"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/gpuroute/gpuroute/controller/ecds"
+	"github.com/gpuroute/gpuroute/controller/envoyfilter"
 	"github.com/gpuroute/gpuroute/plugin/config"
 )
 
@@ -24,8 +25,8 @@ func validateCommand(args []string, stdin io.Reader, stdout, stderr io.Writer) i
 	fs := flag.NewFlagSet(Name+" validate", flag.ContinueOnError)
 	fs.Usage = func() {
 		io.WriteString(stderr, "usage: "+Name+" validate FILE\n\n"+
-			"FILE (- for stdin) is a plugin configuration (JSON), YAML holding WasmPlugins\n"+
-			"(each spec.pluginConfig, serialized as istiod does) or an ECDS TypedExtensionConfig.\n"+
+			"FILE (- for stdin) is a plugin configuration (JSON), YAML holding EnvoyFilters\n"+
+			"(the configuration of each one's gpuroute filter) or an ECDS TypedExtensionConfig.\n"+
 			"Each is checked with the plugin's parser: exit 0, or the error and exit 1.\n")
 	}
 	if ok, status := parse(fs, args, stdout, stderr); !ok {
@@ -88,7 +89,7 @@ func readInput(path string, stdin io.Reader) ([]byte, error) {
 }
 
 // found is one plugin configuration of a file; where says which part of
-// the file ("" for the whole file, " WasmPlugin ns/name" for a document).
+// the file ("" for the whole file, " EnvoyFilter ns/name" for a document).
 type found struct {
 	where  string
 	config []byte
@@ -96,9 +97,9 @@ type found struct {
 
 // pluginConfigs returns the plugin configurations a file holds: the file
 // itself when it is a plain JSON plugin configuration (its bytes exactly as
-// the plugin would get them), each WasmPlugin's pluginConfig as istiod
-// serializes it (protojson of the Struct), or an ECDS resource's
-// configuration.
+// the plugin would get them), the configuration of each EnvoyFilter's
+// gpuroute filter, or an ECDS resource's configuration. A WasmPlugin is
+// refused: gpuroute cannot route behind one.
 func pluginConfigs(data []byte) ([]found, error) {
 	docs, err := documents(data)
 	if err != nil {
@@ -129,51 +130,53 @@ func pluginConfigs(data []byte) ([]found, error) {
 				return nil, err
 			}
 			out = append(out, found{where: " TypedExtensionConfig " + tmpl.GetName(), config: cfg})
-		case kind == "WasmPlugin":
-			f, err := wasmPluginConfig(doc)
+		case kind == "EnvoyFilter":
+			f, ok, err := envoyFilterConfig(doc)
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, f)
+			if ok {
+				out = append(out, f)
+			}
+		case kind == "WasmPlugin":
+			return nil, errors.New("document " + strconv.Itoa(i+1) + " is a WasmPlugin, which cannot set allow_on_headers_stop_iteration: " +
+				"Envoy would withhold the request body gpuroute routes on, and every request hang; define the filter with an EnvoyFilter (examples/istio)")
 		case kind == "" && len(docs) == 1:
 			// A JSON file is its own only document, byte for byte.
 			out = append(out, found{config: doc})
 		}
 	}
 	if len(out) == 0 {
-		return nil, errors.New("holds no plugin configuration, WasmPlugin or TypedExtensionConfig")
+		return nil, errors.New("holds no plugin configuration, gpuroute EnvoyFilter or TypedExtensionConfig")
 	}
 	return out, nil
 }
 
-// wasmPluginConfig returns a WasmPlugin's pluginConfig as istiod hands it
-// to Envoy: protojson of the Struct.
-func wasmPluginConfig(doc []byte) (found, error) {
-	var wp struct {
+// envoyFilterConfig returns the configuration of the gpuroute filter an
+// EnvoyFilter defines, or ok false if it defines none (it patches a
+// cluster, say).
+func envoyFilterConfig(doc []byte) (f found, ok bool, err error) {
+	var ef struct {
 		Metadata struct {
 			Name      string `json:"name"`
 			Namespace string `json:"namespace"`
 		} `json:"metadata"`
-		Spec struct {
-			PluginConfig json.RawMessage `json:"pluginConfig"`
-		} `json:"spec"`
+		Spec json.RawMessage `json:"spec"`
 	}
-	if err := json.Unmarshal(doc, &wp); err != nil {
-		return found{}, errors.New("WasmPlugin: " + err.Error())
+	if err := json.Unmarshal(doc, &ef); err != nil {
+		return found{}, false, errors.New("EnvoyFilter: " + err.Error())
 	}
-	f := found{where: " WasmPlugin " + wp.Metadata.Namespace + "/" + wp.Metadata.Name, config: []byte("{}")}
-	if wp.Spec.PluginConfig == nil {
-		return f, nil
+	f.where = " EnvoyFilter " + ef.Metadata.Namespace + "/" + ef.Metadata.Name
+	var spec networkingv1alpha3.EnvoyFilter
+	if err := protojson.Unmarshal(ef.Spec, &spec); err != nil {
+		return found{}, false, errors.New(f.where[1:] + ": spec: " + err.Error())
 	}
-	var s structpb.Struct
-	if err := protojson.Unmarshal(wp.Spec.PluginConfig, &s); err != nil {
-		return found{}, errors.New(f.where[1:] + ": spec.pluginConfig: " + err.Error())
+	filter, err := envoyfilter.Find(&spec)
+	if err != nil || filter == nil {
+		return found{}, false, err
 	}
-	var err error
-	if f.config, err = protojson.Marshal(&s); err != nil {
-		return found{}, errors.New(f.where[1:] + ": spec.pluginConfig: " + err.Error())
-	}
-	return f, nil
+	f.config = filter.Configuration
+	return f, true, nil
 }
 
 // documents splits YAML (or JSON) into its documents, each as JSON. A

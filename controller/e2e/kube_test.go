@@ -15,8 +15,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
-	"google.golang.org/protobuf/encoding/protojson"
-	clientv1alpha1 "istio.io/client-go/pkg/apis/extensions/v1alpha1"
+	clientv1alpha3 "istio.io/client-go/pkg/apis/networking/v1alpha3"
 	istioclient "istio.io/client-go/pkg/clientset/versioned"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -28,6 +27,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	"k8s.io/client-go/discovery/cached/memory"
@@ -42,8 +43,8 @@ import (
 
 	"github.com/gpuroute/gpuroute/controller"
 	"github.com/gpuroute/gpuroute/controller/cli"
+	"github.com/gpuroute/gpuroute/controller/envoyfilter"
 	"github.com/gpuroute/gpuroute/controller/pool"
-	"github.com/gpuroute/gpuroute/controller/wasmplugin"
 	"github.com/gpuroute/gpuroute/plugin/config"
 )
 
@@ -117,18 +118,40 @@ func crd(group, version, kind, plural string) *apiextensionsv1.CustomResourceDef
 	}
 }
 
-// apply creates every object of a multi-document YAML file.
-func apply(t *testing.T, ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, file string) {
+// envoyFilterGVR is Istio's EnvoyFilter resource.
+var envoyFilterGVR = schema.GroupVersionResource{Group: "networking.istio.io", Version: "v1alpha3", Resource: "envoyfilters"}
+
+// objects returns the objects of a multi-document YAML file of the examples.
+func objects(t *testing.T, file string) []*unstructured.Unstructured {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(examples, filepath.FromSlash(file)))
 	if err != nil {
 		t.Fatal(err)
 	}
+	var out []*unstructured.Unstructured
 	for _, doc := range bytes.Split(raw, []byte("\n---\n")) {
 		var u unstructured.Unstructured
-		if err := yaml.Unmarshal(doc, &u.Object); err != nil || u.Object == nil {
-			continue
+		if err := yaml.Unmarshal(doc, &u.Object); err == nil && u.Object != nil {
+			out = append(out, &u)
 		}
+	}
+	return out
+}
+
+// readObject returns the one object of a file of the examples.
+func readObject(t *testing.T, file string) *unstructured.Unstructured {
+	t.Helper()
+	objs := objects(t, file)
+	if len(objs) != 1 {
+		t.Fatalf("%s holds %d objects, want 1", file, len(objs))
+	}
+	return objs[0]
+}
+
+// apply creates every object of a multi-document YAML file.
+func apply(t *testing.T, ctx context.Context, dyn dynamic.Interface, mapper meta.RESTMapper, file string) {
+	t.Helper()
+	for _, u := range objects(t, file) {
 		gvk := u.GroupVersionKind()
 		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 		if err != nil {
@@ -138,7 +161,7 @@ func apply(t *testing.T, ctx context.Context, dyn dynamic.Interface, mapper meta
 		if m.Scope.Name() == meta.RESTScopeNameNamespace {
 			r = dyn.Resource(m.Resource).Namespace(u.GetNamespace())
 		}
-		if _, err := r.Create(ctx, &u, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		if _, err := r.Create(ctx, u, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatalf("%s: create %s %s/%s: %v", file, gvk.Kind, u.GetNamespace(), u.GetName(), err)
 		}
 	}
@@ -204,7 +227,9 @@ func setReady(t *testing.T, ctx context.Context, kube kubernetes.Interface, p *c
 
 // TestControllerOnAPIServer: with the example manifests applied, the
 // controller, running as the example ServiceAccount, writes exactly the
-// ready Pods into the example WasmPlugin and follows a Pod becoming ready,
+// ready Pods into the example EnvoyFilter's gpuroute filter and follows a
+// Pod becoming ready, puts the list back when the EnvoyFilter is applied
+// again,
 // and, following the Service instead, writes its ready endpoints to a file.
 func TestControllerOnAPIServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*wait)
@@ -224,7 +249,7 @@ func TestControllerOnAPIServer(t *testing.T) {
 	exts := apiextensionsclient.NewForConfigOrDie(admin)
 	for _, c := range []*apiextensionsv1.CustomResourceDefinition{
 		crd(pool.InferencePoolGVR.Group, pool.InferencePoolGVR.Version, pool.InferencePoolKind, pool.InferencePoolGVR.Resource),
-		crd("extensions.istio.io", "v1alpha1", "WasmPlugin", "wasmplugins"),
+		crd("networking.istio.io", "v1alpha3", "EnvoyFilter", "envoyfilters"),
 	} {
 		if _, err := exts.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, c, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -235,7 +260,7 @@ func TestControllerOnAPIServer(t *testing.T) {
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "istio-system"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"fleet.yaml", "controller-rbac.yaml", "istio/controller.yaml", "istio/wasmplugin.yaml"} {
+	for _, f := range []string{"fleet.yaml", "controller-rbac.yaml", "istio/controller.yaml", "istio/envoyfilter-gpuroute.yaml"} {
 		apply(t, ctx, dyn, mapper, f)
 	}
 	for i, product := range []string{"NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB"} {
@@ -263,7 +288,8 @@ func TestControllerOnAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	ic := istioclient.NewForConfigOrDie(as)
-	pub := &wasmplugin.Publisher{Client: ic, Namespace: "istio-system", Name: "gpuroute", FieldManager: cli.Name}
+	efNamespace, efName, _ := strings.Cut(ra.EnvoyFilter, "/")
+	pub := &envoyfilter.Publisher{Client: ic, Namespace: efNamespace, Name: efName, FieldManager: cli.Name}
 	log := slog.New(slog.NewTextHandler(testLog{t}, nil))
 	c, err := controller.New(asKube, dynamic.NewForConfigOrDie(as), controller.Options{Namespace: ra.Namespace, Pool: ra.Pool,
 		Replicas: opts, Publishers: []controller.Publisher{pub}, Log: log})
@@ -281,8 +307,28 @@ func TestControllerOnAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	setReady(t, ctx, kube, p, "10.1.0.12", true)
-	waitReplicas(t, ctx, adminIstio, []string{"vllm-llama-0 h100 10.1.0.10:8000", "vllm-llama-1 a100 10.1.0.11:8000",
-		"vllm-llama-2 a100 10.1.0.12:8000"}, ra.MetricsCluster)
+	three := []string{"vllm-llama-0 h100 10.1.0.10:8000", "vllm-llama-1 a100 10.1.0.11:8000", "vllm-llama-2 a100 10.1.0.12:8000"}
+	written := waitReplicas(t, ctx, adminIstio, three, ra.MetricsCluster)
+
+	// The operator applies the file again, its configuration without
+	// replicas: the controller puts the list back.
+	efs := dyn.Resource(envoyFilterGVR).Namespace(efNamespace)
+	current, err := efs.Get(ctx, efName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	current.Object["spec"] = readObject(t, "istio/envoyfilter-gpuroute.yaml").Object["spec"]
+	if _, err := efs.Update(ctx, current, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The API server holds a JSON patch like the publisher's to the
+	// resourceVersion it sets: one read before that change is refused.
+	stale := `[{"op":"replace","path":"/metadata/resourceVersion","value":"` + written.ResourceVersion + `"},` +
+		`{"op":"add","path":"/metadata/labels","value":{"stale":"true"}}]`
+	if _, err := efs.Patch(ctx, efName, types.JSONPatchType, []byte(stale), metav1.PatchOptions{}); !apierrors.IsConflict(err) {
+		t.Errorf("a JSON patch at the resourceVersion before a change = %v, want a conflict", err)
+	}
+	waitReplicas(t, ctx, adminIstio, three, ra.MetricsCluster)
 	stop()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -391,34 +437,34 @@ func established(t *testing.T, ctx context.Context, c apiextensionsclient.Interf
 	}
 }
 
-// waitReplicas watches the WasmPlugin until the plugin configuration istiod
-// would hand the proxies lists want ("name hardware address"), each scraped
-// through metricsCluster.
-func waitReplicas(t *testing.T, ctx context.Context, ic istioclient.Interface, want []string, metricsCluster string) {
+// waitReplicas watches the gpuroute EnvoyFilter until the configuration of
+// its filter, which istiod hands the proxies, lists want ("name hardware
+// address"), each scraped through metricsCluster, and returns the object.
+func waitReplicas(t *testing.T, ctx context.Context, ic istioclient.Interface, want []string, metricsCluster string) *clientv1alpha3.EnvoyFilter {
 	t.Helper()
-	wps := ic.ExtensionsV1alpha1().WasmPlugins("istio-system")
+	efs := ic.NetworkingV1alpha3().EnvoyFilters("istio-system")
 	lw := &cache.ListWatch{
-		ListFunc: func(o metav1.ListOptions) (runtime.Object, error) { return wps.List(ctx, o) },
+		ListFunc: func(o metav1.ListOptions) (runtime.Object, error) { return efs.List(ctx, o) },
 		WatchFunc: func(o metav1.ListOptions) (watch.Interface, error) {
-			return wps.Watch(ctx, o)
+			return efs.Watch(ctx, o)
 		},
 	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	var last string
-	_, err := watchtools.UntilWithSync(wctx, lw, &clientv1alpha1.WasmPlugin{}, nil, func(e watch.Event) (bool, error) {
-		wp, ok := e.Object.(*clientv1alpha1.WasmPlugin)
-		if !ok || wp.Name != "gpuroute" {
+	e, err := watchtools.UntilWithSync(wctx, lw, &clientv1alpha3.EnvoyFilter{}, nil, func(e watch.Event) (bool, error) {
+		ef, ok := e.Object.(*clientv1alpha3.EnvoyFilter)
+		if !ok || ef.Name != "gpuroute" {
 			return false, nil
 		}
-		js, err := protojson.Marshal(wp.Spec.GetPluginConfig())
-		if err != nil {
+		f, err := envoyfilter.Find(&ef.Spec)
+		if err != nil || f == nil {
 			return false, err
 		}
-		last = string(js)
-		cfg, err := config.Parse(js)
+		last = string(f.Configuration)
+		cfg, err := config.Parse(f.Configuration)
 		if err != nil {
-			return false, nil // no replica yet: the operator's WasmPlugin as applied
+			return false, nil // no replica yet: the operator's EnvoyFilter as applied
 		}
 		var got []string
 		for _, r := range cfg.Replicas {
@@ -430,6 +476,7 @@ func waitReplicas(t *testing.T, ctx context.Context, ic istioclient.Interface, w
 		return slices.Equal(got, want), nil
 	})
 	if err != nil {
-		t.Fatalf("WasmPlugin never listed %v (last pluginConfig %s): %v", want, last, err)
+		t.Fatalf("the gpuroute EnvoyFilter never listed %v (last configuration %s): %v", want, last, err)
 	}
+	return e.Object.(*clientv1alpha3.EnvoyFilter)
 }

@@ -2,7 +2,7 @@
 // Kubernetes fleet, and checks and renders plugin configurations without
 // one.
 //
-//	gpuroute-controller run --namespace llm --pool llama --wasmplugin istio-system/gpuroute
+//	gpuroute-controller run --namespace llm --pool llama --envoyfilter istio-system/gpuroute
 //	gpuroute-controller validate plugin.json
 //	gpuroute-controller render --objects objects.yaml
 //
