@@ -118,12 +118,13 @@ bench-v8: wasm ## the whole request path under V8 (node required), as BenchmarkR
 	node --no-liftoff hostsim/v8/requestpath.mjs $(WASM) 20000
 
 # docs/performance.md "Benchmarks": the request path in hostsim, and the
-# decision's benchmarks natively and under wazero, PERF_COUNT runs each, as
+# decision's benchmarks natively and under wazero, PERF_COUNT runs each (the
+# request path 20,000 requests a run: its percentiles need them), as
 # tables by hostsim/cmd/benchtab (build/perf/tables.md; the raw output
 # beside it).
 PERF_DIR   := build/perf
 PERF_COUNT ?= 3
-PERF_PATH  := -run '^$$' -bench 'RequestPath(Replay64|Guest64|Guest64W8)$$' -benchmem -count $(PERF_COUNT)
+PERF_PATH  := -run '^$$' -bench 'RequestPath(Replay64|Guest64|Guest64W8)$$' -benchmem -benchtime 20000x -count $(PERF_COUNT)
 .PHONY: perf-tables
 perf-tables: wasm ## the benchmark tables of docs/performance.md from a fresh run (build/perf/tables.md)
 	@mkdir -p $(PERF_DIR)
