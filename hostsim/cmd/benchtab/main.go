@@ -13,13 +13,15 @@
 // wasm engine read side by side. A cell is the median of the runs (-count),
 // with their range when they differ. Metrics other than ns/op, B/op and
 // allocs/op (the request-path benchmarks' percentiles) go in a second table
-// per package, one row per benchmark and metric. `make perf-tables` runs the
-// benchmarks docs/performance.md shows and this command over their output.
+// per package, a column per metric: all of them in order of name, or those
+// -metrics lists, in its order. `make perf-tables` runs the benchmarks
+// docs/performance.md shows and this command over their output.
 package main
 
 import (
 	"bufio"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -37,6 +39,12 @@ func main() {
 }
 
 func run(args []string, stdin io.Reader, stdout io.Writer) error {
+	fs := flag.NewFlagSet("benchtab", flag.ContinueOnError)
+	metrics := fs.String("metrics", "", "comma-separated metrics of the second table, in order (default: all)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	args = fs.Args()
 	if len(args) == 0 {
 		args = []string{"-"}
 	}
@@ -65,8 +73,12 @@ func run(args []string, stdin io.Reader, stdout io.Writer) error {
 		}
 		inputs = append(inputs, in)
 	}
+	var selected []string
+	if *metrics != "" {
+		selected = strings.Split(*metrics, ",")
+	}
 	w := bufio.NewWriter(stdout)
-	render(w, inputs)
+	render(w, inputs, selected)
 	return w.Flush()
 }
 
@@ -169,8 +181,8 @@ const (
 
 // render writes, per package in order of first appearance, a table of
 // ns/op per input with the first input's B/op and allocs/op, then a table
-// of the other metrics.
-func render(w io.Writer, inputs []input) {
+// of the other metrics (selected, or all).
+func render(w io.Writer, inputs []input, selected []string) {
 	fmt.Fprintln(w, "Inputs:")
 	for _, in := range inputs {
 		fmt.Fprintf(w, "- `%s`: %s/%s", in.label, orDash(in.env["goos"]), orDash(in.env["goarch"]))
@@ -194,17 +206,7 @@ func render(w io.Writer, inputs []input) {
 	for _, pkg := range pkgs {
 		ins := withPackage(inputs, pkg)
 		fmt.Fprintf(w, "\n`%s`\n\n", orDash(pkg))
-		fmt.Fprint(w, "| benchmark | runs |")
-		for _, in := range ins {
-			fmt.Fprintf(w, " %s |", in.label)
-		}
-		fmt.Fprintln(w, " B/op | allocs/op |")
-		fmt.Fprint(w, "|---|---|")
-		for range ins {
-			fmt.Fprint(w, "---|")
-		}
-		fmt.Fprintln(w, "---|---|")
-		var others [][2]string // benchmark, unit
+		header(w, []string{"benchmark", "runs"}, labels(ins), []string{"B/op", "allocs/op"})
 		for _, name := range byPkg[pkg] {
 			k := key{pkg, name}
 			fmt.Fprintf(w, "| `%s` | %s |", strings.TrimPrefix(name, "Benchmark"), runs(ins, k))
@@ -213,45 +215,94 @@ func render(w io.Writer, inputs []input) {
 			}
 			first := firstWith(ins, k)
 			fmt.Fprintf(w, " %s | %s |\n", cell(first[unitBytes], noScale), cell(first[unitAllocs], noScale))
-			for _, in := range ins {
-				for u := range in.results[k] {
-					if u != unitTime && u != unitBytes && u != unitAllocs && !slices.Contains(others, [2]string{name, u}) {
-						others = append(others, [2]string{name, u})
-					}
-				}
-			}
 		}
-		if len(others) == 0 {
-			continue
+		metrics := selected
+		if metrics == nil {
+			metrics = ownMetrics(ins, pkg)
 		}
-		slices.SortStableFunc(others, func(a, b [2]string) int {
-			if c := strings.Compare(order(byPkg[pkg], a[0]), order(byPkg[pkg], b[0])); c != 0 {
-				return c
-			}
-			return strings.Compare(a[1], b[1])
-		})
-		fmt.Fprint(w, "\n| benchmark | metric |")
-		for _, in := range ins {
-			fmt.Fprintf(w, " %s |", in.label)
-		}
-		fmt.Fprint(w, "\n|---|---|")
-		for range ins {
-			fmt.Fprint(w, "---|")
-		}
-		fmt.Fprintln(w)
-		for _, o := range others {
-			fmt.Fprintf(w, "| `%s` | %s |", strings.TrimPrefix(o[0], "Benchmark"), o[1])
-			for _, in := range ins {
-				fmt.Fprintf(w, " %s |", cell(in.results[key{pkg, o[0]}][o[1]], noScale))
-			}
-			fmt.Fprintln(w)
-		}
+		renderMetrics(w, ins, pkg, byPkg[pkg], metrics)
 	}
 }
 
-// order returns name's position in names as a sortable string.
-func order(names []string, name string) string {
-	return fmt.Sprintf("%06d", slices.Index(names, name))
+// renderMetrics writes the table of metrics: a column per metric, a row
+// per benchmark (and input, when there are several) that reports any.
+func renderMetrics(w io.Writer, ins []input, pkg string, names, metrics []string) {
+	type row struct {
+		name string
+		in   *input
+	}
+	var rows []row
+	for _, name := range names {
+		for i := range ins {
+			m := ins[i].results[key{pkg, name}]
+			if slices.ContainsFunc(metrics, func(u string) bool { return len(m[u]) > 0 }) {
+				rows = append(rows, row{name, &ins[i]})
+			}
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	lead := []string{"benchmark"}
+	if len(ins) > 1 {
+		lead = append(lead, "input")
+	}
+	header(w, lead, metrics)
+	for _, r := range rows {
+		fmt.Fprintf(w, "| `%s` |", strings.TrimPrefix(r.name, "Benchmark"))
+		if len(ins) > 1 {
+			fmt.Fprintf(w, " %s |", r.in.label)
+		}
+		for _, u := range metrics {
+			fmt.Fprintf(w, " %s |", cell(r.in.results[key{pkg, r.name}][u], noScale))
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+// ownMetrics returns, sorted, the units the benchmarks of pkg report
+// besides ns/op, B/op and allocs/op.
+func ownMetrics(ins []input, pkg string) []string {
+	var us []string
+	for _, in := range ins {
+		for k, m := range in.results {
+			if k.pkg != pkg {
+				continue
+			}
+			for u := range m {
+				if u != unitTime && u != unitBytes && u != unitAllocs && !slices.Contains(us, u) {
+					us = append(us, u)
+				}
+			}
+		}
+	}
+	slices.Sort(us)
+	return us
+}
+
+// header writes a table's header row, the columns of cols in order, and
+// its separator.
+func header(w io.Writer, cols ...[]string) {
+	n := 0
+	fmt.Fprint(w, "|")
+	for _, c := range cols {
+		for _, s := range c {
+			fmt.Fprintf(w, " %s |", s)
+			n++
+		}
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "|"+strings.Repeat("---|", n))
+}
+
+// labels returns the inputs' labels, the time columns' names.
+func labels(ins []input) []string {
+	var ls []string
+	for _, in := range ins {
+		ls = append(ls, in.label)
+	}
+	return ls
 }
 
 // withPackage returns the inputs that have results of pkg: an input of

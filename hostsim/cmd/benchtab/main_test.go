@@ -68,7 +68,8 @@ func TestCell(t *testing.T) {
 
 // TestRun: two labelled inputs give one time column each where they have
 // results, runs and ranges from -count, and custom metrics in their own
-// table; an input without benchmarks is an error.
+// table, all or those -metrics names; an input without benchmarks is an
+// error.
 func TestRun(t *testing.T) {
 	dir := t.TempDir()
 	native := filepath.Join(dir, "native.txt")
@@ -106,12 +107,19 @@ BenchmarkPickBase64 	  100000	      7300 ns/op	       0 B/op	       0 allocs/op
 		"| benchmark | runs | native | B/op | allocs/op |\n" +
 		"|---|---|---|---|---|\n" +
 		"| `RequestPathReplay64` | 1 | 45.1 µs | 0 | 0 |\n" +
-		"\n| benchmark | metric | native |\n" +
+		"\n| benchmark | guest-p50-µs | guest-p99-µs |\n" +
 		"|---|---|---|\n" +
-		"| `RequestPathReplay64` | guest-p50-µs | 36.1 |\n" +
-		"| `RequestPathReplay64` | guest-p99-µs | 44 |\n"
+		"| `RequestPathReplay64` | 36.1 | 44 |\n"
 	if got := out.String(); got != want {
 		t.Errorf("run(native, wazero) wrote\n%s\nwant\n%s", got, want)
+	}
+	out.Reset()
+	if err := run([]string{"-metrics", "guest-p99-µs,min-p99-µs", "native=" + native}, nil, &out); err != nil {
+		t.Fatal(err)
+	}
+	wantMetrics := "| benchmark | guest-p99-µs | min-p99-µs |\n|---|---|---|\n| `RequestPathReplay64` | 44 | – |\n"
+	if got := out.String(); !strings.HasSuffix(got, wantMetrics) {
+		t.Errorf("run(-metrics guest-p99-µs,min-p99-µs) wrote\n%s\nwant it to end with\n%s", got, wantMetrics)
 	}
 	if err := run([]string{empty}, nil, &out); err == nil || !strings.Contains(err.Error(), "no benchmark results") {
 		t.Errorf("run(%q) = %v, want a no benchmark results error", empty, err)
