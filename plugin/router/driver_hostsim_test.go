@@ -27,7 +27,7 @@ var moduleBytes = sync.OnceValues(func() ([]byte, error) {
 })
 
 // wasmHost starts a hostsim host with one VM of the module, or skips.
-func wasmHost(t *testing.T, opts hostsim.Options) (*hostsim.Host, *hostsim.Module) {
+func wasmHost(t testing.TB, opts hostsim.Options) (*hostsim.Host, *hostsim.Module) {
 	t.Helper()
 	wasm, err := moduleBytes()
 	if err != nil {

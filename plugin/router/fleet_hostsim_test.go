@@ -63,7 +63,7 @@ func (f *fakeReplica) count() int {
 // testFleet is one Envoy (a hostsim Host) with workers VMs of the module,
 // configured with replicas fake replicas behind metrics clusters.
 type testFleet struct {
-	t        *testing.T
+	t        testing.TB
 	h        *hostsim.Host
 	mod      *hostsim.Module
 	vms      []*hostsim.VM
@@ -74,7 +74,7 @@ type testFleet struct {
 // Unix milliseconds in the configuration) are known to tests.
 var start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func newTestFleet(t *testing.T, workers, replicas int, extra string) *testFleet {
+func newTestFleet(t testing.TB, workers, replicas int, extra string) *testFleet {
 	t.Helper()
 	f := newBareFleet(t, workers, replicas)
 	f.configure(f.config(extra, nil))
@@ -82,9 +82,15 @@ func newTestFleet(t *testing.T, workers, replicas int, extra string) *testFleet 
 }
 
 // newBareFleet is newTestFleet without the configuration.
-func newBareFleet(t *testing.T, workers, replicas int) *testFleet {
+func newBareFleet(t testing.TB, workers, replicas int) *testFleet {
 	t.Helper()
-	h, mod := wasmHost(t, hostsim.Options{Start: start})
+	return newBareFleetWith(t, hostsim.Options{Start: start}, workers, replicas)
+}
+
+// newBareFleetWith is newBareFleet on a host with opts.
+func newBareFleetWith(t testing.TB, opts hostsim.Options, workers, replicas int) *testFleet {
+	t.Helper()
+	h, mod := wasmHost(t, opts)
 	f := &testFleet{t: t, h: h, mod: mod}
 	for i := range replicas {
 		fr := &fakeReplica{}

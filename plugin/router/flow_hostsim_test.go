@@ -1,6 +1,7 @@
 package router
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -265,4 +266,37 @@ func TestFlowHeldAcrossReconfigure(t *testing.T) {
 	if !h.resumed || h.dst == "" {
 		t.Fatalf("after a reconfiguration and room: resumed %v, destination %q; want it sent", h.resumed, h.dst)
 	}
+}
+
+// TestFlowStatus: the status endpoint of any worker shows the requests
+// every worker holds, per band, and what became of them.
+func TestFlowStatus(t *testing.T) {
+	f := newTestFleet(t, 2, 2, flowBands+`,"status_path":"/status"`)
+	saturate(f, true)
+	f.advance(300 * time.Millisecond)
+	h := f.openWith(0, "question one")
+	if !h.held() {
+		t.Fatal("request to a saturated fleet not held")
+	}
+	type band struct {
+		Band                    string
+		Holding, Held, Admitted int64
+	}
+	var doc struct {
+		Held int64
+		Flow []band
+	}
+	f.statusInto(1, &doc)
+	want := []band{{Band: "critical"}, {Band: "standard", Holding: 1, Held: 1}, {Band: "sheddable"}}
+	if doc.Held != 1 || !slices.Equal(doc.Flow, want) {
+		t.Fatalf("worker 1's status while worker 0 holds one request: held %d, flow %+v; want 1, %+v", doc.Held, doc.Flow, want)
+	}
+	saturate(f, false)
+	f.advance(300 * time.Millisecond)
+	f.statusInto(1, &doc)
+	want[1] = band{Band: "standard", Held: 1, Admitted: 1}
+	if doc.Held != 0 || !slices.Equal(doc.Flow, want) {
+		t.Fatalf("status after the request was sent: held %d, flow %+v; want 0, %+v", doc.Held, doc.Flow, want)
+	}
+	_ = h.s.Done()
 }

@@ -1,12 +1,14 @@
 package router
 
 import (
+	"strconv"
+
 	"github.com/gpuroute/gpuroute/plugin/config"
 	"github.com/gpuroute/gpuroute/plugin/proxy"
 )
 
 // Flow control's Envoy stats, per band: gpuroute_flow_<band>_<what>, the
-// band's name with every character outside [a-z0-9_] written as '_'.
+// band's name as statName writes it.
 const (
 	statFlowPrefix      = "gpuroute_flow_"
 	statFlowHeld        = "_held_total"       // requests held
@@ -53,6 +55,55 @@ func (s *flowStats) define(cfg *config.FlowControl, log *logPrefix) {
 		}
 	}
 	s.refusedBand = def(c, statFlowRefusedBand)
+}
+
+// value reads k over every worker VM (Envoy's stats are the process's).
+func (s *flowStats) value(k flowStat) int64 {
+	if uint32(k) == noMetric {
+		return 0
+	}
+	v, err := proxy.GetMetric(uint32(k))
+	if err != nil {
+		return 0
+	}
+	return int64(v)
+}
+
+// appendStatus appends the status endpoint's flow control fields: "held",
+// the requests every worker holds now, and per band its counts, none when
+// flow control is off (TestFlowStatus).
+func (f *flowControl) appendStatus(b []byte) []byte {
+	if f.queue == nil {
+		return append(b, `,"held":0`...)
+	}
+	s, cfg := &f.stats, f.cfg
+	var held int64
+	for i := range s.bands {
+		held += max(s.value(s.bands[i].holding), 0)
+	}
+	b = append(b, `,"held":`...)
+	b = strconv.AppendInt(b, held, 10)
+	b = append(b, `,"flow":[`...)
+	for i := range s.bands {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		k := &s.bands[i]
+		b = append(b, `{"band":`...)
+		b = strconv.AppendQuote(b, cfg.Bands[i].Name)
+		for _, f := range [...]struct {
+			name string
+			stat flowStat
+		}{{"holding", k.holding}, {"held", k.held}, {"admitted", k.admitted}, {"shed", k.shed},
+			{"timed_out", k.timedOut}, {"queue_full", k.full}, {"cancelled", k.cancelled}} {
+			b = append(b, `,"`...)
+			b = append(b, f.name...)
+			b = append(b, `":`...)
+			b = strconv.AppendInt(b, max(s.value(f.stat), 0), 10)
+		}
+		b = append(b, '}')
+	}
+	return append(b, ']')
 }
 
 func (s *flowStats) count(k flowStat, delta int64) {

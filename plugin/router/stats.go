@@ -31,7 +31,6 @@ const (
 	statPassiveEjects   = "gpuroute_passive_ejections_total"
 	statInFlight        = "gpuroute_in_flight"
 	statClosedReplicas  = "gpuroute_closed_replicas"
-	statHeld            = "gpuroute_held"
 	statInfo            = "gpuroute_info"
 	statPeerImported    = "gpuroute_peer_placements_imported_total"
 	statPeerFailures    = "gpuroute_peer_failures_total"
@@ -96,10 +95,8 @@ type stats struct {
 	inFlight, closedReplicas                 stat
 	peerImported, peerFailures               stat
 	peerServed, peerRefused                  stat
-	// held counts the requests held at the router for capacity.
-	held     stat
-	info     stat
-	byReason [numReasons]stat
+	info                                     stat
+	byReason                                 [numReasons]stat
 	// reasonKeys name byReason's counts in the status endpoint: the
 	// reason as in the stat's name.
 	reasonKeys [numReasons]string
@@ -151,7 +148,6 @@ func (s *stats) define(log *logPrefix, replicas []string) {
 	g := proxy.MetricTypeGauge
 	s.inFlight = def(g, statInFlight)
 	s.closedReplicas = def(g, statClosedReplicas)
-	s.held = def(g, statHeld)
 	s.info = def(g, statInfo)
 	for i := range s.byReason {
 		s.reasonKeys[i] = strings.ReplaceAll(scoring.Reason(i).String(), "-", "_")

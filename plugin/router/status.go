@@ -47,9 +47,7 @@ func (r *root) serveStatus() types.Action {
 	}
 	b = append(b, `,"in_flight":`...)
 	b = strconv.AppendInt(b, inFlight, 10)
-	b = append(b, `,"held":`...)
-	held, _ := r.stats.value(r.stats.held)
-	b = strconv.AppendInt(b, max(held, 0), 10)
+	b = r.flow.appendStatus(b)
 	b = append(b, `,"decisions":{`...)
 	for k := range r.stats.byReason {
 		if k > 0 {

@@ -279,7 +279,8 @@ func (q *Queue) lookup(h Handle) (int32, bool) {
 // Scan offers up to limit held requests to take, in service order: the
 // highest band with requests first, within it each tenant's oldest request,
 // tenants by their fair start tag. take returns true when it releases the
-// request (it leaves the queue) and false to leave it held. A lower band is
+// request (it leaves the queue, unless take removed it already:
+// TestScanTakeRemoves) and false to leave it held. A lower band is
 // offered only once the higher ones are empty, so a request never overtakes
 // one of a higher band. Scan returns how many take released.
 func (q *Queue) Scan(limit int, take func(Item) bool) int {
@@ -292,9 +293,12 @@ func (q *Queue) Scan(limit int, take func(Item) bool) int {
 		q.visit = bd.smallest(q, q.visit[:0], min(limit, maxScan))
 		for _, t := range q.visit {
 			i := bd.tenants[t].head
+			gen, start := q.items[i].gen, q.items[i].start
 			if take(q.items[i].it) {
-				bd.v = max(bd.v, q.items[i].start)
-				q.unlink(i)
+				bd.v = max(bd.v, start)
+				if q.items[i].gen == gen { // take may have removed it itself
+					q.unlink(i)
+				}
 				taken++
 			}
 		}

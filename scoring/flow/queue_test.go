@@ -305,3 +305,29 @@ func FuzzQueue(f *testing.F) {
 		}
 	})
 }
+
+// TestScanTakeRemoves: take may remove the request it is offered itself
+// (the plugin drops a stream that is gone); Scan does not free it twice.
+func TestScanTakeRemoves(t *testing.T) {
+	q := newQueue(t, Config{Bands: []Band{{}}, MaxHeld: 4})
+	var hs []Handle
+	for i := range 3 {
+		h, err := q.Push(Item{ID: uint32(i), Tenant: uint64(i + 1)}, int64(i)) // a tenant each: one Scan offers all
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs = append(hs, h)
+	}
+	n := q.Scan(8, func(it Item) bool { return q.Remove(hs[it.ID]) })
+	if n != 3 || q.Len() != 0 {
+		t.Fatalf("Scan with take removing each = %d, Len %d; want 3, 0", n, q.Len())
+	}
+	for i := range 4 { // every slot free exactly once
+		if _, err := q.Push(Item{ID: uint32(i)}, 10); err != nil {
+			t.Fatalf("Push %d after the Scan: %v", i, err)
+		}
+	}
+	if _, err := q.Push(Item{ID: 9}, 10); err != ErrQueueFull {
+		t.Fatalf("fifth Push into 4 slots = %v, want ErrQueueFull", err)
+	}
+}
