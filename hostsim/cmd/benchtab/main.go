@@ -14,7 +14,7 @@
 // with their range when they differ. Metrics other than ns/op, B/op and
 // allocs/op (the request-path benchmarks' percentiles) go in a second table
 // per package, a column per metric: all of them in order of name, or those
-// -metrics lists, in its order. `make perf-tables` runs the benchmarks
+// -metrics lists, in its order ("-": none). `make perf-tables` runs the benchmarks
 // docs/performance.md shows and this command over their output.
 package main
 
@@ -40,7 +40,7 @@ func main() {
 
 func run(args []string, stdin io.Reader, stdout io.Writer) error {
 	fs := flag.NewFlagSet("benchtab", flag.ContinueOnError)
-	metrics := fs.String("metrics", "", "comma-separated metrics of the second table, in order (default: all)")
+	metrics := fs.String("metrics", "", `comma-separated metrics of the second table, in order (default: all; "-": none)`)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -74,7 +74,11 @@ func run(args []string, stdin io.Reader, stdout io.Writer) error {
 		inputs = append(inputs, in)
 	}
 	var selected []string
-	if *metrics != "" {
+	switch *metrics {
+	case "":
+	case "-":
+		selected = []string{}
+	default:
 		selected = strings.Split(*metrics, ",")
 	}
 	w := bufio.NewWriter(stdout)

@@ -68,8 +68,8 @@ func TestCell(t *testing.T) {
 
 // TestRun: two labelled inputs give one time column each where they have
 // results, runs and ranges from -count, and custom metrics in their own
-// table, all or those -metrics names; an input without benchmarks is an
-// error.
+// table, all, those -metrics names or none; an input without benchmarks
+// is an error.
 func TestRun(t *testing.T) {
 	dir := t.TempDir()
 	native := filepath.Join(dir, "native.txt")
@@ -120,6 +120,13 @@ BenchmarkPickBase64 	  100000	      7300 ns/op	       0 B/op	       0 allocs/op
 	wantMetrics := "| benchmark | guest-p99-µs | min-p99-µs |\n|---|---|---|\n| `RequestPathReplay64` | 44 | – |\n"
 	if got := out.String(); !strings.HasSuffix(got, wantMetrics) {
 		t.Errorf("run(-metrics guest-p99-µs,min-p99-µs) wrote\n%s\nwant it to end with\n%s", got, wantMetrics)
+	}
+	out.Reset()
+	if err := run([]string{"-metrics", "-", native}, nil, &out); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.String(); strings.Contains(got, "guest-p50") {
+		t.Errorf("run(-metrics -) wrote a metrics table:\n%s", got)
 	}
 	if err := run([]string{empty}, nil, &out); err == nil || !strings.Contains(err.Error(), "no benchmark results") {
 		t.Errorf("run(%q) = %v, want a no benchmark results error", empty, err)
