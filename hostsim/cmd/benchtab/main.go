@@ -58,7 +58,7 @@ func run(args []string, stdin io.Reader, stdout io.Writer) error {
 				label = "stdin"
 			}
 		}
-		var r io.Reader = stdin
+		r := stdin
 		if path != "-" {
 			f, err := os.Open(path)
 			if err != nil {
