@@ -28,7 +28,8 @@ const (
 	headerDecision        = "x-gpuroute-decision"
 	pathCompletions       = "/v1/completions"
 	gatewayAuthority      = "gateway.local"
-	sseTokenEvent         = "data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n"
+	sseTokenHead          = `data: {"choices":[{"index":0,"text":"`
+	sseTokenTail          = "\"}]}\n\n"
 	sseDone               = "data: [DONE]\n\n"
 	metricsLatency        = time.Millisecond
 	keyDecisionHeaderJSON = `"decision_header":true`
@@ -73,7 +74,10 @@ type GPURouteOptions struct {
 // round-robin baseline's request gets); each is an OpenAI
 // /v1/completions stream whose response the policy replays from the
 // request's life events, so the plugin learns TTFT and output lengths at the
-// virtual times they happen. Replica metrics are served from the simulated
+// virtual times they happen: each token event carries the token's text,
+// the engine's generated text that a next turn quotes, and the last event
+// the usage with the prompt tokens the engine had cached, as vLLM reports
+// them (prompt_tokens_details.cached_tokens). Replica metrics are served from the simulated
 // replicas' engine metrics text on the plugin's own scrapes. Drains reach
 // the plugin as configuration updates, like a control plane pushes them.
 //
@@ -112,6 +116,7 @@ type gpFlight struct {
 	s        *hostsim.Stream
 	replica  int
 	streamed int
+	cached   int // prompt tokens the engine served from its prefix cache
 	headers  bool
 }
 
@@ -536,12 +541,29 @@ func (p *GPURoute) end(fl *gpFlight) {
 	fl.s = nil
 }
 
-// tokenChunk returns n SSE token events as one chunk.
-func (p *GPURoute) tokenChunk(n int) []byte {
-	for len(p.tokens) < n*len(sseTokenEvent) {
-		p.tokens = append(p.tokens, sseTokenEvent...)
+// tokenChunk returns the SSE token events of req's answer tokens [from,
+// to) as one chunk, a token's text in each.
+func (p *GPURoute) tokenChunk(req *Request, from, to int) []byte {
+	b := p.tokens[:0]
+	for t := from; t < to; t++ {
+		b = append(b, sseTokenHead...)
+		b = req.AppendAnswer(b, t, t+1)
+		b = append(b, sseTokenTail...)
 	}
-	return p.tokens[:n*len(sseTokenEvent)]
+	p.tokens = b
+	return b
+}
+
+// appendUsage appends the response's usage object as vLLM writes it with
+// --enable-prompt-tokens-details.
+func appendUsage(b []byte, req *Request, completion, cached int) []byte {
+	b = append(b, `"usage":{"prompt_tokens":`...)
+	b = strconv.AppendInt(b, int64(req.PromptTokens), 10)
+	b = append(b, `,"completion_tokens":`...)
+	b = strconv.AppendInt(b, int64(completion), 10)
+	b = append(b, `,"prompt_tokens_details":{"cached_tokens":`...)
+	b = strconv.AppendInt(b, int64(cached), 10)
+	return append(b, `}}`...)
 }
 
 // Observe replays the request's response to the plugin at the event's
@@ -557,30 +579,35 @@ func (p *GPURoute) Observe(ev *Event) {
 	s := fl.s
 	switch ev.Kind {
 	case FirstToken:
+		fl.cached = ev.CachedTokens
 		if !ev.Req.Stream {
 			return
 		}
 		p.respHeaders(fl, ev)
 		fl.streamed = 1
-		p.body1(s, p.tokenChunk(1), false)
+		p.body1(s, p.tokenChunk(ev.Req, 0, 1), false)
 	case Tokens:
 		if !ev.Req.Stream || !fl.headers {
 			return
 		}
+		p.body1(s, p.tokenChunk(ev.Req, fl.streamed, fl.streamed+ev.Tokens), false)
 		fl.streamed += ev.Tokens
-		p.body1(s, p.tokenChunk(ev.Tokens), false)
 	case Completed:
+		p.respHeaders(fl, ev)
 		if ev.Req.Stream {
-			p.respHeaders(fl, ev)
-			if rest := ev.Tokens - fl.streamed; rest > 0 {
-				p.body1(s, p.tokenChunk(rest), false)
+			if ev.Tokens > fl.streamed {
+				p.body1(s, p.tokenChunk(ev.Req, fl.streamed, ev.Tokens), false)
 			}
-			p.body1(s, []byte(sseDone), true)
+			b := append(p.body[:0], `data: {"choices":[],`...)
+			b = appendUsage(b, ev.Req, ev.Tokens, fl.cached)
+			p.body = append(b, "}\n\n"+sseDone...)
+			p.body1(s, p.body, true)
 		} else {
-			p.respHeaders(fl, ev)
-			b := append(p.body[:0], `{"object":"text_completion","choices":[{"index":0,"text":"x","finish_reason":"length"}],"usage":{"completion_tokens":`...)
-			b = strconv.AppendInt(b, int64(ev.Tokens), 10)
-			p.body = append(b, `}}`...)
+			b := append(p.body[:0], `{"object":"text_completion","choices":[{"index":0,"text":"`...)
+			b = ev.Req.AppendAnswer(b, 0, ev.Tokens)
+			b = append(b, `","finish_reason":"length"}],`...)
+			b = appendUsage(b, ev.Req, ev.Tokens, fl.cached)
+			p.body = append(b, '}')
 			p.body1(s, p.body, true)
 		}
 		p.end(fl)

@@ -22,6 +22,10 @@ type oracleFlow struct {
 	free  []uint32
 	last  time.Duration
 	busy  bool
+	// shares counts the requests in flight per tenant, as the plugin's
+	// flow control does (a tenant above its fair share waits for a
+	// shorter queue).
+	shares *flow.Shares
 }
 
 // oracleRecheck is how often an idle moment re-decides for the held
@@ -41,6 +45,20 @@ func (o *oracleFlow) start() {
 		o.free = append(o.free, uint32(i))
 	}
 	o.last = 0
+	o.shares = flow.NewShares(64)
+}
+
+// tenantKey is req's fairness key (0: none).
+func tenantKey(req *Request) uint64 {
+	if req.Tenant == "" {
+		return 0
+	}
+	return hashString(req.Tenant) | 1
+}
+
+// bound is the plugin's flowControl.bound on req.
+func (o *oracleFlow) bound(band int, req *Request) float64 {
+	return o.shares.Bound(tenantKey(req), o.cfg.Bands[band].HoldWaitSec)
 }
 
 // bandOf is the band req's client asks for where the configuration lets
@@ -64,7 +82,8 @@ func (p *oracle) Pick(now time.Duration, req *Request, _ int) Decision {
 	for b := 0; b <= band; b++ {
 		ahead = ahead || o.queue.BandLen(b) > 0
 	}
-	if p.d.Top[0].QueueSec <= o.cfg.Bands[band].HoldWaitSec && !ahead {
+	if p.d.Top[0].QueueSec <= o.bound(band, req) && !ahead {
+		o.shares.Add(tenantKey(req), 1)
 		p.commit(now, &p.sreq)
 		return Route(p.d.Index)
 	}
@@ -72,11 +91,7 @@ func (p *oracle) Pick(now time.Duration, req *Request, _ int) Decision {
 		return Reject(429)
 	}
 	id := o.free[len(o.free)-1]
-	tenant := uint64(0)
-	if req.Tenant != "" {
-		tenant = hashString(req.Tenant) | 1
-	}
-	if _, err := o.queue.Push(flow.Item{ID: id, Band: band, Tenant: tenant,
+	if _, err := o.queue.Push(flow.Item{ID: id, Band: band, Tenant: tenantKey(req),
 		Cost: float64(req.PromptTokens + req.output)}, int64(now)); err != nil {
 		return Reject(429)
 	}
@@ -95,8 +110,12 @@ func (p *oracle) Advance(now time.Duration) {
 }
 
 // Observe re-decides for the held requests where capacity frees: a
-// prefill's end, a completion.
+// prefill's end, a completion; a request's end (or a cancellation, which
+// the runner may dispatch again) stops counting for its tenant.
 func (p *oracle) Observe(ev *Event) {
+	if ev.Kind == Completed || ev.Kind == Cancelled {
+		p.held.shares.Add(tenantKey(ev.Req), -1)
+	}
 	if ev.Kind == FirstToken || ev.Kind == Completed {
 		p.release(ev.At)
 	}
@@ -118,11 +137,12 @@ func (p *oracle) release(now time.Duration) {
 		req := o.reqs[it.ID]
 		p.ledger.SetHeld(o.queue.Len() - 1)
 		p.decide(now, req, &p.sreq)
-		if p.d.Index >= 0 && p.d.Top[0].QueueSec > o.cfg.Bands[it.Band].HoldWaitSec {
+		if p.d.Index >= 0 && p.d.Top[0].QueueSec > o.bound(it.Band, req) {
 			return false
 		}
 		d := Reject(503)
 		if p.d.Index >= 0 {
+			o.shares.Add(tenantKey(req), 1)
 			p.commit(now, &p.sreq)
 			d = Route(p.d.Index)
 		}

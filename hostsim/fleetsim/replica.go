@@ -475,11 +475,7 @@ func (r *Replica) release(now time.Duration, s *seq) {
 // and ages out through the LRU like everything else released.
 func (r *Replica) finish(now time.Duration, s *seq) {
 	if s.private > 0 {
-		genSeed := s.req.outSeed
-		if genSeed == 0 {
-			genSeed = uint64(s.req.ID+1)*0x9e3779b97f4a7c15 | 1<<63
-		}
-		segs := append(append([]Segment(nil), s.req.segs...), Segment{Seed: genSeed, Tokens: s.gen})
+		segs := append(append([]Segment(nil), s.req.segs...), Segment{Seed: s.req.answerSeed(), Tokens: s.gen})
 		ext := appendChain(nil, s.req.key, segs, s.req.PromptTokens+s.gen)
 		for _, hsh := range ext[len(s.req.chain):] {
 			if s.private == 0 {

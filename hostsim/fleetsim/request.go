@@ -73,6 +73,22 @@ func NewRequest(id int, arrival time.Duration, model, adapter string, segs []Seg
 		MaxTokens: maxTokens, Stream: true, Session: -1, segs: segs, output: output}
 }
 
+// answerSeed is the seed of the text the engine generates for r: the
+// segment a multi-turn workload's next turn quotes, or one of r's own.
+func (r *Request) answerSeed() uint64 {
+	if r.outSeed != 0 {
+		return r.outSeed
+	}
+	return uint64(r.ID+1)*0x9e3779b97f4a7c15 | 1<<63
+}
+
+// AppendAnswer appends the text of the answer's tokens [from, to) to dst:
+// what the engine generates for r (and caches), which a next turn quoting
+// the answer repeats.
+func (r *Request) AppendAnswer(dst []byte, from, to int) []byte {
+	return appendSegmentText(dst, r.answerSeed(), from, to)
+}
+
 // Segments returns the prompt's segments (shared; do not modify).
 func (r *Request) Segments() []Segment { return r.segs }
 

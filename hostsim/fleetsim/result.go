@@ -20,9 +20,13 @@ type Summary struct {
 	E2EP99Sec      float64 `json:"e2e_p99_s"`
 	ThroughputTokS float64 `json:"throughput_tok_s"`
 	PrefixHitRate  float64 `json:"prefix_hit_rate"`
-	AdapterLoads   int64   `json:"adapter_loads"`
-	Completed      int     `json:"completed"`
-	Failed         int     `json:"failed"`
+	// ReuseCaptured is the prompt tokens the requests found cached, each
+	// at most what was cached on some replica when it arrived, over the
+	// latter: the share of the available reuse the router captured.
+	ReuseCaptured float64 `json:"reuse_captured"`
+	AdapterLoads  int64   `json:"adapter_loads"`
+	Completed     int     `json:"completed"`
+	Failed        int     `json:"failed"`
 	// Shed counts the failed requests the router answered itself (429,
 	// 503): the client got a response. Lost counts requests that got no
 	// response at all (still held when the run ended) or that the router
@@ -84,6 +88,8 @@ type Result struct {
 	// summary's rates come from, kept so Pool can weigh runs correctly.
 	PrefixQueries, PrefixHits, OutputTokens int64
 	Span                                    time.Duration
+	// ReuseObtained and ReuseAvailable are ReuseCaptured's counts.
+	ReuseObtained, ReuseAvailable int64
 	// HeldN requests were held by the router, HeldSec seconds in all.
 	HeldN   int
 	HeldSec float64
@@ -193,6 +199,8 @@ func (s *sim) resultOf(keep func(*reqState) bool) *Result {
 		if first < 0 || st.req.Arrival < first {
 			first = st.req.Arrival
 		}
+		res.ReuseAvailable += int64(st.reusable)
+		res.ReuseObtained += int64(min(st.cachedTokens, st.reusable))
 		if held := st.heldTime; held > 0 || st.held {
 			if st.held {
 				held += s.now - st.heldSince
@@ -240,6 +248,10 @@ func (res *Result) summarize() {
 	sum.PrefixHitRate = 0
 	if res.PrefixQueries > 0 {
 		sum.PrefixHitRate = float64(res.PrefixHits) / float64(res.PrefixQueries)
+	}
+	sum.ReuseCaptured = 0
+	if res.ReuseAvailable > 0 {
+		sum.ReuseCaptured = float64(res.ReuseObtained) / float64(res.ReuseAvailable)
 	}
 	sum.HeldMeanSec = 0
 	if res.HeldN > 0 {
@@ -292,6 +304,8 @@ func Pool(runs []*Result) *Result {
 		out.PrefixQueries += r.PrefixQueries
 		out.PrefixHits += r.PrefixHits
 		out.OutputTokens += r.OutputTokens
+		out.ReuseObtained += r.ReuseObtained
+		out.ReuseAvailable += r.ReuseAvailable
 		out.Span += r.Span
 		sum.AdapterLoads += s.AdapterLoads
 		sum.Completed += s.Completed

@@ -169,13 +169,16 @@ type reqState struct {
 	heldSince    time.Duration
 	admitted     bool
 	cachedTokens int
-	firstAt      time.Duration
-	doneAt       time.Duration
-	hasFirst     bool
-	done         bool
-	failed       bool
-	streamed     int // tokens reported to the policy
-	migrated     int
+	// reusable is the most prompt tokens any replica had cached when the
+	// request arrived: the reuse the best router could have had.
+	reusable int
+	firstAt  time.Duration
+	doneAt   time.Duration
+	hasFirst bool
+	done     bool
+	failed   bool
+	streamed int // tokens reported to the policy
+	migrated int
 }
 
 type drainRec struct {
@@ -298,6 +301,7 @@ func Run(cfg Config, w *Workload, p Policy) (*Result, error) {
 			s.lastWork = t
 			st := &s.states[next]
 			next++
+			st.reusable = s.reusable(st.req)
 			s.dispatch(st)
 			continue
 		}
@@ -308,6 +312,15 @@ func Run(cfg Config, w *Workload, p Policy) (*Result, error) {
 		s.handle(e)
 	}
 	return s.result(time.Since(start)), nil
+}
+
+// reusable returns the most tokens of req's prompt a replica has cached now.
+func (s *sim) reusable(req *Request) int {
+	best := 0
+	for _, r := range s.f.replicas {
+		best = max(best, r.CachedPrefixTokens(req))
+	}
+	return best
 }
 
 // snapshot refreshes the routers' scrapes as of time t. The state is

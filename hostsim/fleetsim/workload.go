@@ -91,7 +91,7 @@ type Stage struct {
 }
 
 // WorkloadNames lists the generators.
-var WorkloadNames = []string{"shared-prefix", "multi-turn", "lora", "bimodal", "hetero", "drain", "few-prefixes", "priority", "fairness"}
+var WorkloadNames = []string{"shared-prefix", "multi-turn", "lora", "bimodal", "hetero", "drain", "few-prefixes", "priority", "fairness", "agentic"}
 
 // Generate builds the named workload.
 func Generate(name string, o WorkloadOptions) (*Workload, error) {
@@ -117,6 +117,8 @@ func Generate(name string, o WorkloadOptions) (*Workload, error) {
 		w = priorityWorkload(o)
 	case "fairness":
 		w = fairnessWorkload(o)
+	case "agentic":
+		w = agentic(o)
 	default:
 		return nil, errors.New("fleetsim: unknown workload " + quote(name) + " (have " + strings.Join(WorkloadNames, ", ") + ")")
 	}

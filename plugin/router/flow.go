@@ -35,7 +35,14 @@ type flowControl struct {
 	released scoring.Rate
 	peers    heldPeers
 	stats    flowStats
+	// shares counts this worker's requests in flight per tenant: a
+	// tenant above its fair share is held at a shorter queue (bound).
+	shares *flow.Shares
 }
+
+// maxShareTenants bounds the tenants whose requests in flight a worker
+// counts at once.
+const maxShareTenants = 64
 
 // maxReleaseScan bounds the held requests one release offers to Pick:
 // each costs a decision.
@@ -58,6 +65,30 @@ func (f *flowControl) setup(r *root, cfg *config.FlowControl) {
 	}
 	f.stats.bands = make([]bandStats, len(cfg.Bands))
 	f.peers.r, f.peers.top = r, -1
+	f.shares = flow.NewShares(maxShareTenants)
+}
+
+// bound is the queue, in seconds, past which a request of s's tenant in
+// band waits: the band's hold_wait_ms, shorter for a tenant with more than
+// its fair share of this worker's requests in flight (flow.Shares.Bound:
+// the engines' queues are first come, first served, so a tenant sending
+// ten times another's rate must not keep them full; TestFlowFairShare).
+func (f *flowControl) bound(s *stream, band int) float64 {
+	return f.shares.Bound(s.tenant, f.cfg.Bands[band].HoldWaitSec)
+}
+
+// sent counts s's request in flight for its tenant (stream.dispatch);
+// finished uncounts it when the stream ends.
+func (f *flowControl) sent(s *stream) {
+	if f.shares != nil {
+		f.shares.Add(s.tenant, 1)
+	}
+}
+
+func (f *flowControl) finished(s *stream) {
+	if f.shares != nil {
+		f.shares.Add(s.tenant, -1)
+	}
 }
 
 // start defines the stats and learns the vm_id the wake queues are named
@@ -151,7 +182,7 @@ func (f *flowControl) admit(s *stream, d *scoring.Decision, req *scoring.Request
 		return 0, false // max_wait_ms answers it with a 429 (root.header): the operator's bound comes first
 	}
 	band := f.bandOf(s, req)
-	saturated := d.Top[0].QueueSec > f.cfg.Bands[band].HoldWaitSec
+	saturated := d.Top[0].QueueSec > f.bound(s, band)
 	if !saturated && !f.heldAhead(band) {
 		return 0, false
 	}
@@ -254,7 +285,7 @@ func (f *flowControl) try(it flow.Item, now int64, current *stream) bool {
 	r.ledger.SetHeld(f.queue.Len() - 1 + f.peers.held)
 	d := &r.decision
 	scoring.Pick(&r.params, req, replicas, cached, r.ledger, now, d)
-	if d.Index >= 0 && d.Top[0].QueueSec > f.cfg.Bands[it.Band].HoldWaitSec {
+	if d.Index >= 0 && d.Top[0].QueueSec > f.bound(s, it.Band) {
 		return false
 	}
 	f.unhold(s, it.Band)
@@ -390,6 +421,9 @@ func (s *stream) hold(req *scoring.Request, band int, h flow.Handle, slot uint32
 // was held, or, with flow control off here, is sent now
 // (TestFlowHeldAcrossReconfigure).
 func (f *flowControl) adopt(old *flowControl, now int64) {
+	if old != nil && old.shares != nil && f.shares != nil {
+		f.shares = old.shares // the streams it counted end under this root
+	}
 	if old == nil || old.queue == nil || old.queue.Len() == 0 {
 		return
 	}

@@ -300,3 +300,41 @@ func TestFlowStatus(t *testing.T) {
 	}
 	_ = h.s.Done()
 }
+
+// TestFlowFairShare: a tenant with most of the requests in flight is held
+// at a shorter queue than when it is alone, and a request of the tenant
+// below its share is sent past it.
+func TestFlowFairShare(t *testing.T) {
+	const cfg = `,"flow_control":{"hold_wait_ms":1000,"tenant_header":"x-tenant"}`
+	prompt := strings.Repeat(" a distinct prompt that takes some prefill", 100)
+	// sentBeforeHold opens heavy's requests until one is held, after
+	// light's (if any) are in flight, and returns how many were sent.
+	sentBeforeHold := func(f *testFleet, light int) (int, *heldStream) {
+		for i := range light {
+			if h := f.openWith(0, "light "+strconv.Itoa(i)+prompt, [2]string{"x-tenant", "light"}); h.dst == "" {
+				t.Fatalf("light request %d not sent to an idle fleet", i)
+			}
+		}
+		for n := 0; n < 200; n++ {
+			h := f.openWith(0, "heavy "+strconv.Itoa(n)+prompt, [2]string{"x-tenant", "heavy"})
+			if h.held() {
+				return n, h
+			}
+		}
+		t.Fatal("no heavy request held after 200")
+		return 0, nil
+	}
+	alone := newTestFleet(t, 1, 1, cfg)
+	alone.advance(300 * time.Millisecond)
+	nAlone, _ := sentBeforeHold(alone, 0)
+	shared := newTestFleet(t, 1, 1, cfg)
+	shared.advance(300 * time.Millisecond)
+	nShared, held := sentBeforeHold(shared, 1)
+	if nAlone < 4 || nShared >= nAlone-1 {
+		t.Fatalf("heavy requests sent before one was held: %d alone, %d beside one light request; want the second well below the first", nAlone, nShared)
+	}
+	light := shared.openWith(0, "light again"+prompt, [2]string{"x-tenant", "light"})
+	if light.held() || !held.held() {
+		t.Fatalf("light request held %v, heavy still held %v; want light sent past heavy", light.held(), held.held())
+	}
+}

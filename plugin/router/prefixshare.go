@@ -91,11 +91,13 @@ func (p *prefixShare) dispatched(replica int, chain []uint64) {
 	p.outbox.Push(replica, p.checkpoints)
 }
 
-// dispatchedAdapter records that an adapter (its key, adapterKey) was sent
-// to replica.
-func (p *prefixShare) dispatchedAdapter(replica int, key []uint64) {
-	p.index.RecordCheckpoints(replica, key)
-	p.outbox.Push(replica, key)
+// placed records checkpoints (of a chain, as Index.AppendCheckpoints
+// reduces it) for replica: in the local index now, in the outbox for the
+// next merge. An adapter sent to replica is placed as its key (adapterKey);
+// a response's chain with its answer as the feedback gathers it.
+func (p *prefixShare) placed(replica int, checkpoints []uint64) {
+	p.index.RecordCheckpoints(replica, checkpoints)
+	p.outbox.Push(replica, checkpoints)
 }
 
 // merge brings the local index up to the shared value and, when there is

@@ -68,6 +68,7 @@ type root struct {
 	ledger   *scoring.Ledger
 	index    *prefix.Index
 	decision scoring.Decision
+	feedback feedback // what the engines report corrects the index
 
 	calib    calibration  // prefill cost per replica, learned from TTFT
 	health   health       // scrape failures and passive ejection → eligibility, evidence age
@@ -168,10 +169,11 @@ func (r *root) setup(cfg *config.Config, retirees []retiree) error {
 	r.ledger = scoring.NewLedger(r.params, n+len(retirees), maxInFlight)
 	r.index = prefix.NewIndex(prefix.IndexConfig{BlockChars: cfg.BlockChars, MaxReplicas: n,
 		Stride: indexStride, MaxEntries: indexEntries(cfg.BlockChars, r.calib.priors)})
-	for i := range r.calib.priors {
-		r.index.SetCapacityTokens(i, r.calib.priors[i].KVCapacityTokens)
-	}
 	r.features.setup(cfg, &r.stats)
+	r.feedback.setup(r.index, &r.prefixes, &r.stats, n, cfg.BlockChars)
+	for i := range r.calib.priors {
+		r.feedback.capacity(i, r.calib.priors[i].KVCapacityTokens)
+	}
 	if err := r.scrape.setup(cfg, r.configID, r.log, &r.stats, r.snapshotApplied); err != nil {
 		return err
 	}
@@ -208,7 +210,7 @@ func (r *root) snapshotApplied(now int64) {
 	for i := range r.cfg.Replicas {
 		r.health.present(i, now)
 		if c := r.scrape.figures[i].kvCapacityTokens; c > 0 {
-			r.index.SetCapacityTokens(i, c)
+			r.feedback.capacity(i, c)
 		}
 	}
 }

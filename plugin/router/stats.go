@@ -36,6 +36,13 @@ const (
 	statPeerFailures    = "gpuroute_peer_failures_total"
 	statPeerServed      = "gpuroute_peer_requests_served_total"
 	statPeerRefused     = "gpuroute_peer_requests_refused_total"
+	// The feedback (feedback.go): the cached tokens the prefix index
+	// predicted and the engines reported for the same responses, and the
+	// corrections, short (an eviction shown) and long (a surplus).
+	statCachePredicted   = "gpuroute_cache_predicted_tokens_total"
+	statCacheReported    = "gpuroute_cache_reported_tokens_total"
+	statCorrectionsShort = "gpuroute_cache_corrections_short_total"
+	statCorrectionsLong  = "gpuroute_cache_corrections_long_total"
 )
 
 // Per-replica stats: statReplicaPrefix, the replica's name (statName), then
@@ -95,6 +102,8 @@ type stats struct {
 	inFlight, closedReplicas                 stat
 	peerImported, peerFailures               stat
 	peerServed, peerRefused                  stat
+	cachePredicted, cacheReported            stat
+	correctionsShort, correctionsLong        stat
 	info                                     stat
 	byReason                                 [numReasons]stat
 	// reasonKeys name byReason's counts in the status endpoint: the
@@ -145,6 +154,10 @@ func (s *stats) define(log *logPrefix, replicas []string) {
 	s.peerFailures = def(c, statPeerFailures)
 	s.peerServed = def(c, statPeerServed)
 	s.peerRefused = def(c, statPeerRefused)
+	s.cachePredicted = def(c, statCachePredicted)
+	s.cacheReported = def(c, statCacheReported)
+	s.correctionsShort = def(c, statCorrectionsShort)
+	s.correctionsLong = def(c, statCorrectionsLong)
 	g := proxy.MetricTypeGauge
 	s.inFlight = def(g, statInFlight)
 	s.closedReplicas = def(g, statClosedReplicas)

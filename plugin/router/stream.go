@@ -58,16 +58,20 @@ type stream struct {
 	heldNanos int64
 	heldReq   scoring.Request
 	heldChain []uint64
+
+	// fb is what the response's usage and answer teach the prefix index
+	// (feedback.go).
+	fb streamFeedback
 }
 
 func (s *stream) reset(r *root, id uint32) {
-	counter, explain, chain := s.counter, s.explain[:0], s.heldChain[:0]
+	counter, explain, chain, fb := s.counter, s.explain[:0], s.heldChain[:0], s.fb.recycle()
 	if counter == nil {
 		counter = new(openai.StreamCounter)
 	}
 	counter.Reset()
 	*s = stream{root: r, id: id, replica: -1, liveAt: -1, counter: counter, explain: explain, answeredBy: -1,
-		askedBand: -1, heldChain: chain}
+		askedBand: -1, heldChain: chain, fb: fb}
 }
 
 // OnHttpRequestHeaders removes any client-sent destination first, before
@@ -140,6 +144,7 @@ func (s *stream) route(body []byte, truncated bool) types.Action {
 	now := proxy.NowNanos()
 	parsed := r.features.parse(s.kind, body, truncated)
 	req := r.features.of(parsed, body != nil || s.inference)
+	r.feedback.begin(s, &r.features.hasher, req.Chain)
 	replicas, cached := r.view.forRequest(req, now)
 	d := &r.decision
 	r.flow.prepare()
@@ -172,12 +177,14 @@ func (s *stream) dispatch(d *scoring.Decision, req *scoring.Request, now int64) 
 		r.stats.tally(r.stats.inFlight, 1)
 		r.stats.tally(r.stats.replica(d.Index).inFlight, 1)
 		r.work.publishOn(d.Index, now)
+		r.flow.sent(s)
 	}
 	if len(req.Chain) > 0 {
+		r.feedback.dispatching(s, d.Index, req.Chain, best.CachedTokens, req.PromptTokens)
 		r.prefixes.dispatched(d.Index, req.Chain)
 	}
 	if req.Adapter != "" {
-		r.prefixes.dispatchedAdapter(d.Index, r.view.adapterKey[:])
+		r.prefixes.placed(d.Index, r.view.adapterKey[:])
 	}
 	r.stats.decided(d, req, &rep.Hardware, r.params.AdapterToleranceSec)
 	if r.cfg.DecisionHeader {
@@ -200,7 +207,8 @@ func (s *stream) OnHttpResponseHeaders(_ int, endOfStream bool) types.Action {
 // OnHttpResponseBody learns from the answer: the first body bytes mark the
 // first token (firstToken); a streamed chunk's tokens decay the request's
 // remaining-output estimate, a whole response's usage gives its output
-// length.
+// length; at the end, the usage's cached tokens correct the prefix index
+// and the answer is recorded after the prompt (feedback.go).
 func (s *stream) OnHttpResponseBody(bodySize int, endOfStream bool) types.Action {
 	if s.flight == 0 {
 		return types.ActionContinue
@@ -213,19 +221,20 @@ func (s *stream) OnHttpResponseBody(bodySize int, endOfStream bool) types.Action
 		if err == nil {
 			if s.streaming {
 				before := s.counter.Tokens()
-				_, _ = s.counter.Write(chunk)
+				s.root.feedback.write(s, chunk)
 				if d := s.counter.Tokens() - before; d > 0 {
 					s.root.ledger.Progress(s.flight, int(d))
 				}
 			} else if endOfStream {
-				if u, ok := openai.ParseUsage(chunk); ok {
-					s.counter.UsageCompletionTokens, s.counter.HasUsage = u.CompletionTokens, true
-				}
+				s.root.feedback.reply(s, chunk)
 			}
 		}
 	}
 	if endOfStream {
 		s.responseDone = true
+		if s.answeredBy >= 0 {
+			s.root.feedback.responded(s, s.answeredBy)
+		}
 	}
 	return types.ActionContinue
 }
@@ -241,6 +250,7 @@ func (s *stream) firstToken(now int64) {
 		r.calib.observe(i, s.uncached, float64(now-s.dispatchedNanos)/1e9, s.expectedWaitSec)
 	}
 	r.ledger.FirstTokenAt(s.flight, now)
+	r.feedback.firstToken(s, i)
 	r.work.publishOn(i, now)
 	r.flow.freed(now, s)
 }
@@ -280,6 +290,7 @@ func (s *stream) release() {
 		}
 		r.stats.tally(r.stats.inFlight, -1)
 		r.stats.tally(r.stats.replica(s.replica).inFlight, -1)
+		r.flow.finished(s)
 		s.flight = 0
 		r.work.publishOn(s.replica, now)
 		r.flow.freed(now, s)

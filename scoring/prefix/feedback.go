@@ -1,0 +1,81 @@
+package prefix
+
+// What the engines report corrects the index (the router's feedback): a
+// response's cached-token count says how much of the prompt the replica
+// really held. These methods let a caller read what the index believed of
+// a chain before recording it again, drop what an eviction shows gone, and
+// record the blocks an answer added to a chain.
+
+// Clock returns the index's record clock: each Record or RecordCheckpoints
+// advances it by one, and the entries it records carry its value (Stamp).
+func (x *Index) Clock() uint32 { return x.clock }
+
+// TokensPerEntry is the prompt an aligned checkpoint stands for: Stride
+// blocks in tokens. A replica's entries times it is what the index believes
+// the replica caches (an upper bound: last-block checkpoints count whole).
+func (x *Index) TokensPerEntry() int {
+	return x.cfg.Stride * max(x.cfg.BlockChars/CharsPerToken, 1)
+}
+
+// Resident returns how many live entries replica has.
+func (x *Index) Resident(replica int) int {
+	if replica < 0 || replica >= len(x.count) {
+		return 0
+	}
+	return int(x.count[replica])
+}
+
+// Stamp returns the clock at which replica's checkpoint chainHash was last
+// recorded, and false when the index does not hold it.
+func (x *Index) Stamp(replica int, chainHash uint64) (uint32, bool) {
+	if replica < 0 || replica >= len(x.count) {
+		return 0, false
+	}
+	i := x.find(uint32(chainHash>>32), uint16(replica+1))
+	if i < 0 {
+		return 0, false
+	}
+	return x.slots[i].stamp, true
+}
+
+// DropOlder removes replica's entries last recorded before stamp (in clock
+// order, so wrap-around is harmless) and returns how many it kept: an
+// engine that evicts least recently used blocks first and has evicted a
+// block recorded at stamp holds none of those (TestDropOlder).
+func (x *Index) DropOlder(replica int, stamp uint32) int {
+	if replica < 0 || replica >= len(x.count) {
+		return 0
+	}
+	// Backwards, so that unlist's swap brings in an entry already seen.
+	for j := len(x.lists[replica]) - 1; j >= 0; j-- {
+		i := x.lists[replica][j]
+		if e := &x.slots[i]; int32(e.stamp-stamp) < 0 {
+			x.unlist(i)
+			x.count[replica]--
+			e.rep = tombRep
+			x.used--
+			x.dead++
+		}
+	}
+	return int(x.count[replica])
+}
+
+// AppendCheckpointsAt is AppendCheckpoints for the part of a chain that
+// begins at position first: blocks are the chain's entries first,
+// first+1, ...; the checkpoints are those of the whole chain among them
+// (positions ≡ Stride−1) and the last. Recorded with RecordCheckpoints
+// after the chain's beginning, they extend it as Record of the whole chain
+// would (TestAppendCheckpointsAt).
+func (x *Index) AppendCheckpointsAt(dst []uint64, first int, blocks []uint64) []uint64 {
+	s, n := x.cfg.Stride, len(blocks)
+	if n == 0 || first < 0 {
+		return dst
+	}
+	for j := (s - 1 - first%s) % s; j < n; j += s {
+		dst = append(dst, blocks[j])
+	}
+	if (first+n)%s != 0 {
+		dst = append(dst, blocks[n-1])
+	}
+	return dst
+}
