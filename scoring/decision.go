@@ -8,7 +8,8 @@ type Reason uint8
 // Reasons, as reported in Decision.Reason.
 const (
 	// ReasonNoReplica: no replica was eligible (all unhealthy, draining,
-	// or unable to hold the adapter); Decision.Index is -1.
+	// serving other models, or unable to hold the adapter); Decision.Index
+	// is -1.
 	ReasonNoReplica Reason = iota
 	// ReasonOnlyReplica: exactly one replica was eligible.
 	ReasonOnlyReplica
@@ -109,8 +110,11 @@ type Decision struct {
 	NumTop int
 	// Eligible counts replicas that were scored.
 	Eligible int
-	// Unhealthy, Draining and NoAdapterSlot count excluded replicas.
-	Unhealthy, Draining, NoAdapterSlot int
+	// NoModel, Unhealthy, Draining and NoAdapterSlot count excluded
+	// replicas: those that do not serve the request's model
+	// (Request.ServedBy), and of the others those unhealthy, closed to new
+	// work, or unable to hold the adapter.
+	NoModel, Unhealthy, Draining, NoAdapterSlot int
 	// Stale counts eligible replicas with an uncertain snapshot.
 	Stale int
 
@@ -118,6 +122,9 @@ type Decision struct {
 	adapt []adapterTerms
 	base  []adapterTerms // the terms of a request without an adapter
 	done  []float64      // per replica, the running prefill group's progress
+	// every is the ServedBy of a request every replica serves, served a
+	// ServedBy padded to the fleet.
+	every, served []bool
 	// cached pads a cachedTokens shorter than the fleet with zeros, and
 	// noLedger stands for the ledger's work on a replica it does not
 	// cover.

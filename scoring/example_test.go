@@ -58,6 +58,21 @@ func ExampleLookupHardware() {
 	// prefill of 2000 tokens: 0.66s, decode step at batch 32: 23.1ms
 }
 
+func ExampleNewProfile() {
+	m, _ := scoring.LookupModelShape("llama-3-70b")
+	h, err := scoring.NewProfile("h100", m, 4) // one replica on 4 H100s
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("prefill of 2000 tokens: %.2fs, decode step: %.1fms, KV cache: %d tokens\n",
+		h.PrefillSeconds(2000), 1000*h.DecodeStepSeconds(1), h.KVCapacityTokens)
+	_, err = scoring.NewProfile("l40s", m, 1)
+	fmt.Println(err != nil)
+	// Output:
+	// prefill of 2000 tokens: 0.76s, decode step: 26.4ms, KV cache: 419878 tokens
+	// true
+}
+
 func ExampleCalibrator() {
 	label, _ := scoring.LookupHardware("h100")
 	truth, _ := scoring.LookupHardware("l40s") // what the replica really is

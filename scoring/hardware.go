@@ -1,19 +1,18 @@
 package scoring
 
-import "strings"
-
 // Hardware is the cost model of one GPU class serving one model: how long a
 // prefill of x uncached tokens takes, how long one decode step takes for a
 // batch, and how long an adapter load takes from each tier. All durations
 // are in seconds (float64) because the decision sums and compares them.
 //
 // The zero value is not useful (every cost is zero, so every replica looks
-// idle); start from [LookupHardware] or [DefaultHardware] and override.
-// The defaults model an 8B dense model (Llama-3-8B class) in BF16 on one GPU;
-// a different model or tensor-parallel degree needs its own profile (or the
-// online [Calibrator]).
+// idle); start from [NewProfile], [LookupHardware] or [DefaultHardware] and
+// override. LookupHardware's profiles model the reference model (an 8B dense
+// model, Llama-3-8B class, in BF16) on one GPU; NewProfile scales them to
+// another model and tensor-parallel degree, and the online [Calibrator]
+// corrects the prefill cost of a real replica.
 type Hardware struct {
-	// Name is the profile's lowercase identifier ("h100", "a100", ...).
+	// Name is the GPU class's lowercase identifier ("h100", "a100", ...).
 	Name string
 
 	// PrefillFixedSec is the per-prefill overhead at batch 1: scheduling,
@@ -68,15 +67,20 @@ func (h *Hardware) DecodeStepSeconds(batch int) float64 {
 	return h.DecodeStepSec + h.DecodeStepSecPerSeq*float64(batch-1)
 }
 
-// Profile names of the built-in defaults.
+// GPU class names (LookupHardware, NewProfile).
 const (
-	HardwareH100 = "h100"
-	HardwareA100 = "a100"
-	HardwareL40S = "l40s"
-	HardwareL4   = "l4"
+	HardwareB200   = "b200"
+	HardwareMI300X = "mi300x"
+	HardwareH200   = "h200"
+	HardwareH100   = "h100"
+	HardwareA100   = "a100"
+	HardwareL40S   = "l40s"
+	HardwareL4     = "l4"
 )
 
-// Default profiles for an 8B BF16 model on one GPU.
+// defaultProfiles returns the reference profiles of the GPU classes with
+// published batch-1 figures: the reference model (an 8B BF16 model) on one
+// GPU. The other classes' derive from the H100's (gpuClasses).
 //
 // Sources and reasoning (figures, not code, taken from these):
 //   - Prefill at batch 1 on H100: ~30 ms overhead + 0.15–0.30 ms/token; A100
@@ -153,28 +157,24 @@ func defaultProfiles() [4]Hardware {
 	}
 }
 
-// LookupHardware returns the built-in profile named name (case-insensitive:
-// "H100", "h100"), and false if there is none.
+// LookupHardware returns the reference profile of the GPU class named name
+// (case-insensitive: "H100", "h100"): ReferenceModel on one GPU; false if
+// there is no such class.
 func LookupHardware(name string) (Hardware, bool) {
-	ps := defaultProfiles()
-	for i := range ps {
-		if strings.EqualFold(ps[i].Name, name) {
-			return ps[i], true
-		}
-	}
-	return Hardware{}, false
+	g, ok := lookupGPU(name)
+	return g.ref, ok
 }
 
-// HardwareNames returns the names of the built-in profiles, fastest first.
+// HardwareNames returns the names of the GPU classes, fastest first.
 func HardwareNames() []string {
-	ps := defaultProfiles()
-	out := make([]string, len(ps))
-	for i := range ps {
-		out[i] = ps[i].Name
+	gs := gpuClasses()
+	out := make([]string, len(gs))
+	for i := range gs {
+		out[i] = gs[i].ref.Name
 	}
 	return out
 }
 
-// DefaultHardware returns the H100 profile, used for a replica whose
-// hardware is unknown.
+// DefaultHardware returns the H100 reference profile, used for a replica
+// whose hardware is unknown.
 func DefaultHardware() Hardware { return defaultProfiles()[0] }

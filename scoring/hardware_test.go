@@ -15,6 +15,10 @@ func TestLookupHardware(t *testing.T) {
 		{name: "upper", in: "A100", ok: true},
 		{name: "mixed", in: "L40s", ok: true},
 		{name: "l4", in: "l4", ok: true},
+		{name: "h200", in: "H200", ok: true},
+		{name: "b200", in: "b200", ok: true},
+		{name: "mi300x", in: "MI300X", ok: true},
+		{name: "typo", in: "h999", ok: false},
 		{name: "unknown", in: "tpu", ok: false},
 		{name: "empty", in: "", ok: false},
 	}

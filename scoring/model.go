@@ -181,6 +181,10 @@ type Request struct {
 	MaxTokens int
 	// Stream is the request's "stream" flag.
 	Stream bool
+	// ServedBy, when set, marks the replicas (by index) that serve the
+	// request's base model; Pick excludes the others, and those past its
+	// end (Decision.NoModel counts them). nil: every replica serves it.
+	ServedBy []bool
 	// AdapterRecent, when set, marks the replicas (by index) that some
 	// router sharing this one's state sent the adapter to recently: beyond
 	// what the Ledger remembers itself, they count as holding it in host

@@ -63,6 +63,7 @@ type pickInputs struct {
 	adapterHash uint64
 	waitForSlot bool
 	terms       []adapterTerms // one per replica
+	served      []bool         // Request.ServedBy, one per replica
 }
 
 // prepare resets d and fills k for a pass over replicas, and returns the
@@ -70,12 +71,13 @@ type pickInputs struct {
 // and the ledger's work per replica (nil without a ledger).
 func (d *Decision) prepare(k *pickInputs, p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Ledger, nowNanos int64, waitForSlot bool) ([]int, []float64, []replicaWork) {
 	d.Index, d.Reason, d.NumTop = -1, ReasonNoReplica, 0
-	d.Eligible, d.Unhealthy, d.Draining, d.NoAdapterSlot, d.Stale = 0, 0, 0, 0, 0
+	d.Eligible, d.NoModel, d.Unhealthy, d.Draining, d.NoAdapterSlot, d.Stale = 0, 0, 0, 0, 0, 0
 	if cap(d.cands) < len(replicas) {
 		d.cands = make([]Candidate, len(replicas))
 	}
 	d.cands = d.cands[:len(replicas)]
 	k.waitForSlot = waitForSlot
+	k.served = d.servedBy(req.ServedBy, len(replicas))
 	k.ownOut = float64(l.ExpectedOutput(req))
 	k.n = max(req.PromptTokens, 1)
 	if req.Adapter != "" {
@@ -143,6 +145,25 @@ func (d *Decision) prepare(k *pickInputs, p *Params, req *Request, replicas []Re
 	return cachedTokens[:len(replicas)], done, reps
 }
 
+// servedBy returns mask (Request.ServedBy) sized to a fleet of n: a row of
+// trues when it is nil, its replicas past the end not serving.
+func (d *Decision) servedBy(mask []bool, n int) []bool {
+	if mask == nil {
+		if len(d.every) < n {
+			d.every = make([]bool, n)
+			for i := range d.every {
+				d.every[i] = true
+			}
+		}
+		return d.every[:n]
+	}
+	if len(mask) >= n {
+		return mask[:n]
+	}
+	d.served = append(append(d.served[:0], mask...), make([]bool, n-len(mask))...)
+	return d.served
+}
+
 // adapterStream is adapterMemory.stream, 0 without a ledger.
 func (l *Ledger) adapterStream(v *adapterView, window float64) float64 {
 	if l == nil {
@@ -165,6 +186,7 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 	// bounds checks.
 	cands := d.cands[:len(replicas)]
 	cachedTokens, done = cachedTokens[:len(replicas)], done[:len(replicas)]
+	served := k.served[:len(replicas)]
 
 	best := math.Inf(1)
 	for i := range replicas {
@@ -172,11 +194,13 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 		c := &cands[i]
 		c.Index = -1
 		// Not DrainAt: its deadline only turns Draining into Drained, both
-		// closed.
-		healthy := b2u(r.Healthy)
-		if healthy&b2u(r.Drain == Serving) == 0 {
-			d.Unhealthy += int(1 - healthy)
-			d.Draining += int(healthy)
+		// closed. One branch for the three exclusions, counted as
+		// plainPass counts them.
+		serves, healthy := b2u(served[i]), b2u(r.Healthy)
+		if serves&healthy&b2u(r.Drain == Serving) == 0 {
+			d.NoModel += int(1 - serves)
+			d.Unhealthy += int(serves & (1 - healthy))
+			d.Draining += int(serves & healthy)
 			continue
 		}
 		t := &k.terms[i]

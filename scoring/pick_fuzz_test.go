@@ -10,11 +10,13 @@ import (
 )
 
 // replicasFromBytes builds a fleet deterministically from fuzz input: 6
-// bytes per replica.
-func replicasFromBytes(b []byte, now int64) ([]Replica, []int) {
+// bytes per replica, and which replicas serve the request's model (nil when
+// every one does).
+func replicasFromBytes(b []byte, now int64) ([]Replica, []int, []bool) {
 	n := min(len(b)/6, 40)
 	rs := make([]Replica, n)
 	cached := make([]int, n)
+	var served []bool
 	names := HardwareNames()
 	for i := range rs {
 		c := b[i*6 : i*6+6]
@@ -36,22 +38,31 @@ func replicasFromBytes(b []byte, now int64) ([]Replica, []int) {
 			rs[i].Adapters = []Adapter{{Name: "fr", Tier: AdapterTier(c[3] % 3), Active: c[3]&4 != 0}}
 		}
 		cached[i] = int(c[2]) * 100
+		if c[0]&128 != 0 && served == nil {
+			served = make([]bool, n)
+			for k := range served {
+				served[k] = b[k*6]&64 == 0
+			}
+		}
 	}
-	return rs, cached
+	return rs, cached, served
 }
 
 // FuzzPick: Pick decides deterministically, never panics, chooses only a
-// healthy serving replica, accounts for every replica, and equals
+// healthy open replica that serves the model, accounts for every replica,
+// and equals
 // pickPlain, the rule written plainly (as TestPickMatchesPlain holds it on
 // histories); the ledger survives the dispatch.
 func FuzzPick(f *testing.F) {
 	f.Add([]byte("abcdefghijklmnopqrstuvwx"), uint16(1000), false)
 	f.Add([]byte{0, 0, 0, 0, 0, 0, 1, 5, 5, 250, 2, 66}, uint16(0), true)
 	f.Add([]byte{}, uint16(10), true)
+	f.Add([]byte{0x80, 1, 2, 3, 0, 5, 0x41, 1, 2, 3, 0, 5, 2, 1, 2, 3, 0, 5}, uint16(500), false) // a model two of three serve
 	f.Fuzz(func(t *testing.T, b []byte, prompt uint16, adapter bool) {
 		now := int64(1e12)
-		rs, cached := replicasFromBytes(b, now)
-		req := Request{PromptTokens: int(prompt), Chain: []uint64{uint64(prompt) * 0x9e3779b97f4a7c15}, MaxTokens: int(prompt % 500)}
+		rs, cached, served := replicasFromBytes(b, now)
+		req := Request{PromptTokens: int(prompt), Chain: []uint64{uint64(prompt) * 0x9e3779b97f4a7c15}, MaxTokens: int(prompt % 500),
+			ServedBy: served}
 		if adapter {
 			req.Adapter = "fr"
 		}
@@ -99,15 +110,16 @@ func FuzzPick(f *testing.F) {
 			return
 		}
 		r := &rs[d1.Index]
-		if !r.Healthy || r.DrainAt(now) != Serving {
-			t.Fatalf("Pick = %d: healthy %v, drain %v; want a healthy serving replica", d1.Index, r.Healthy, r.DrainAt(now))
+		if !r.Healthy || r.DrainAt(now) != Serving || served != nil && !served[d1.Index] {
+			t.Fatalf("Pick = %d: healthy %v, drain %v, serves the model %v; want a healthy open replica that serves it",
+				d1.Index, r.Healthy, r.DrainAt(now), served == nil || served[d1.Index])
 		}
 		c, ok := d1.Chosen()
 		if !ok || c.Index != d1.Index || math.IsNaN(c.TotalSec()) || c.TotalSec() < 0 {
 			t.Fatalf("Chosen() = %+v, %v for index %d", c, ok, d1.Index)
 		}
-		if d1.Eligible+d1.Unhealthy+d1.Draining+d1.NoAdapterSlot != len(rs) {
-			t.Fatalf("counts %d+%d+%d+%d, want %d replicas", d1.Eligible, d1.Unhealthy, d1.Draining, d1.NoAdapterSlot, len(rs))
+		if d1.Eligible+d1.NoModel+d1.Unhealthy+d1.Draining+d1.NoAdapterSlot != len(rs) {
+			t.Fatalf("counts %d+%d+%d+%d+%d, want %d replicas", d1.Eligible, d1.NoModel, d1.Unhealthy, d1.Draining, d1.NoAdapterSlot, len(rs))
 		}
 		// Dispatch and progress never corrupt the ledger.
 		fl := l.Dispatch(d1.Index, &req, int(prompt), now, d1.Top[0].StartNanos)

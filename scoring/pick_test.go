@@ -418,6 +418,14 @@ func TestPickEligibility(t *testing.T) {
 			rs[0].RunningRequests = 50
 			rs[1].RunningRequests = 51
 		}, req: Request{PromptTokens: 4000}, want: 1, reason: ReasonLeastLoaded},
+		{name: "other model excluded", setup: func(rs []Replica) { rs[1].WaitingRequests = 40 },
+			req: Request{ServedBy: []bool{false, true}}, want: 1, reason: ReasonOnlyReplica},
+		{name: "past the mask excluded", setup: func(rs []Replica) { rs[0].WaitingRequests = 40 },
+			req: Request{ServedBy: []bool{true}}, want: 0, reason: ReasonOnlyReplica},
+		{name: "every replica serves", setup: func(rs []Replica) { rs[0].WaitingRequests = 40 },
+			req: Request{ServedBy: []bool{true, true}}, want: 1, reason: ReasonLeastLoaded},
+		{name: "no replica serves the model", setup: func(rs []Replica) {},
+			req: Request{ServedBy: []bool{false, false}}, want: -1, reason: ReasonNoReplica},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -433,6 +441,26 @@ func TestPickEligibility(t *testing.T) {
 				t.Fatalf("Pick(%s) = %d (%v), want %d (%v); top %+v", tt.name, d.Index, d.Reason, tt.want, tt.reason, d.Top[:d.NumTop])
 			}
 		})
+	}
+}
+
+// TestPickServedByCounts: a replica that does not serve the request's
+// model counts as NoModel whatever else holds it back, and the others by
+// why they are out; every replica is counted once.
+func TestPickServedByCounts(t *testing.T) {
+	now := 100 * sec
+	rs := fleet("h100", 6, now)
+	rs[1].Healthy = false
+	rs[2].Healthy = false // and not serving
+	rs[3].Drain = Draining
+	rs[4].Drain = Drained                                                               // and not serving
+	req := Request{PromptTokens: 100, ServedBy: []bool{true, true, false, true, false}} // rs[5] past the end
+	p := DefaultParams()
+	var d Decision
+	Pick(&p, &req, rs, nil, nil, now, &d)
+	got := [5]int{d.Eligible, d.NoModel, d.Unhealthy, d.Draining, d.NoAdapterSlot}
+	if want := [5]int{1, 3, 1, 1, 0}; got != want || d.Index != 0 {
+		t.Errorf("Pick(ServedBy %v) = %d, counts (eligible, no model, unhealthy, draining, no slot) %v; want 0, %v", req.ServedBy, d.Index, got, want)
 	}
 }
 

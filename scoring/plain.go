@@ -22,6 +22,9 @@ func plainPass(p *Params, req *Request, replicas []Replica, cachedTokens []int, 
 		c := &d.cands[i]
 		c.Index = -1
 		switch {
+		case !k.served[i]:
+			d.NoModel++
+			continue
 		case !r.Healthy:
 			d.Unhealthy++
 			continue

@@ -43,7 +43,7 @@ func sameCandidate(a, b *Candidate, fused bool) bool {
 // unless the compiler fuses multiply-adds (where an ulp can move a tie or
 // reorder equal costs), the choice, its reason and the top list.
 func diffDecisions(got, want *Decision, fused bool) string {
-	if got.Eligible != want.Eligible || got.Unhealthy != want.Unhealthy || got.Draining != want.Draining ||
+	if got.Eligible != want.Eligible || got.NoModel != want.NoModel || got.Unhealthy != want.Unhealthy || got.Draining != want.Draining ||
 		got.NoAdapterSlot != want.NoAdapterSlot || got.Stale != want.Stale {
 		return "counts " + counts(got) + ", want " + counts(want)
 	}
@@ -72,7 +72,8 @@ func diffDecisions(got, want *Decision, fused bool) string {
 }
 
 func counts(d *Decision) string {
-	return strconv.Itoa(d.Eligible) + " eligible, " + strconv.Itoa(d.Unhealthy) + " unhealthy, " + strconv.Itoa(d.Draining) +
+	return strconv.Itoa(d.Eligible) + " eligible, " + strconv.Itoa(d.NoModel) + " serving other models, " +
+		strconv.Itoa(d.Unhealthy) + " unhealthy, " + strconv.Itoa(d.Draining) +
 		" draining, " + strconv.Itoa(d.NoAdapterSlot) + " without a slot, " + strconv.Itoa(d.Stale) + " stale"
 }
 
@@ -223,6 +224,14 @@ func (tf *twinFleet) request() Request {
 	for range rng.IntN(6) {
 		req.Chain = append(req.Chain, rng.Uint64())
 	}
+	if rng.IntN(4) == 0 {
+		// A model some replicas serve; the mask is sometimes shorter
+		// than the fleet, sometimes serves none.
+		req.ServedBy = make([]bool, len(tf.replicas)-rng.IntN(2))
+		for i := range req.ServedBy {
+			req.ServedBy[i] = rng.IntN(3) != 0
+		}
+	}
 	if req.Adapter != "" && rng.IntN(3) == 0 {
 		req.AdapterRecent = make([]bool, len(tf.replicas))
 		for i := range req.AdapterRecent {
@@ -256,7 +265,8 @@ func (tf *twinFleet) settle() {
 
 // TestPickMatchesPlain: Pick's fused loop and pickPlain, the rule written
 // plainly, make the same decision with the same terms, to the bit, on
-// random fleets and requests through a history of dispatches: LoRA
+// random fleets and requests through a history of dispatches: models
+// only some replicas serve, LoRA
 // adapters (slots, tiers, memory, reloads, all slots busy), stale and
 // missing snapshots, full KV caches and batches, peers' work and windows,
 // drains and unhealthy replicas, fleets larger than the ledger, ties.

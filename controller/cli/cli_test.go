@@ -64,6 +64,19 @@ spec:
     - {name: vllm-0, address: 10.0.0.1:8000, hardwre: a100}
 `
 
+// mixedModels is a fleet of two GPU classes serving two models: Llama 3.1
+// 70B on four H200s per replica, 8B on one MI300X.
+const mixedModels = `{
+  "replicas": [
+    {"name": "h200-70b-0", "address": "10.0.0.1:8000", "hardware": "h200", "model_profile": "llama-3-70b", "tensor_parallel": 4,
+     "models": ["meta-llama/Llama-3.1-70B-Instruct"]},
+    {"name": "h200-70b-1", "address": "10.0.0.2:8000", "hardware": "h200", "model_profile": "llama-3-70b", "tensor_parallel": 4,
+     "models": ["meta-llama/Llama-3.1-70B-Instruct"]},
+    {"name": "mi300x-8b-0", "address": "10.0.1.1:8000", "hardware": "mi300x", "models": ["meta-llama/Llama-3.1-8B-Instruct"]}
+  ],
+  "adapters": {"sql-lora": "meta-llama/Llama-3.1-8B-Instruct"}
+}`
+
 func TestValidate(t *testing.T) {
 	h999 := strings.Replace(mixed, `"hardware": "a100"`, `"hardware": "h999"`, 1)
 	tests := []struct {
@@ -77,7 +90,9 @@ func TestValidate(t *testing.T) {
 		{name: "mixed fleet with adapters", args: []string{"validate", file(t, "mixed.json", mixed)},
 			status: ExitOK, out: "mixed.json: ok, 4 replicas (2 h100, 1 a100, 1 l40s), 1 adapters\n"},
 		{name: "unknown hardware named", args: []string{"validate", file(t, "h999.json", h999)},
-			status: ExitRefused, errs: `h999.json: config: replicas[2].hardware "h999" is not a known profile (h100, a100, l40s, l4)` + "\n"},
+			status: ExitRefused, errs: `h999.json: config: replicas[2].hardware "h999" is not a known GPU class (b200, mi300x, h200, h100, a100, l40s, l4)` + "\n"},
+		{name: "H200 and MI300X serving two models", args: []string{"validate", file(t, "models.json", mixedModels)},
+			status: ExitOK, out: "models.json: ok, 3 replicas (2 h200, 1 mi300x), 1 adapters\n"},
 		{name: "stdin", args: []string{"validate", "-"}, stdin: mixed,
 			status: ExitOK, out: "-: ok, 4 replicas (2 h100, 1 a100, 1 l40s), 1 adapters\n"},
 		{name: "WasmPlugins, each on its own", args: []string{"validate", file(t, "wp.yaml", wasmPlugins)},

@@ -43,12 +43,10 @@ type HardwareMap struct {
 	Tokens map[string]string
 }
 
-// DefaultHardware maps GPU model tokens to profile names, including the
-// profiles the plugin is to gain (h200, b200, mi300x), which apply once a
-// build knows them.
+// DefaultHardware maps GPU model tokens to profile names.
 var DefaultHardware = map[string]string{
 	"H100": scoring.HardwareH100, "A100": scoring.HardwareA100, "L40S": scoring.HardwareL40S, "L4": scoring.HardwareL4,
-	"H200": "h200", "B200": "b200", "MI300X": "mi300x",
+	"H200": scoring.HardwareH200, "B200": scoring.HardwareB200, "MI300X": scoring.HardwareMI300X,
 }
 
 // fractionTokens mark a part of a GPU: a MIG slice or a time-sliced GPU is

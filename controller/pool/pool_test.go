@@ -126,14 +126,12 @@ func TestFromInferencePool(t *testing.T) {
 			want: `[{"name":"p1","address":"10.0.0.1:8000","hardware":"h100"},{"name":"p2","address":"10.0.0.2:8000","hardware":"a100"},` +
 				`{"name":"p3","address":"10.0.0.3:8000","hardware":"l40s"},{"name":"p4","address":"10.0.0.4:8000","hardware":"l4"},` +
 				`{"name":"p5","address":"10.0.0.5:8000"},{"name":"p6","address":"10.0.0.6:8000"}]`},
-		{name: "GPU labels without a profile of this build keep the default, with a warning",
+		{name: "H200 and MI300X have profiles; other GPU labels keep the default, with a warning",
 			pods: []*corev1.Pod{pod("p1", "10.0.0.1", "mig", nil), pod("p2", "10.0.0.2", "h200", nil),
 				pod("p3", "10.0.0.3", "mi300x", nil), pod("p4", "10.0.0.4", "t4", nil), pod("p5", "10.0.0.5", "shared", nil)},
-			want: `[{"name":"p1","address":"10.0.0.1:8000"},{"name":"p2","address":"10.0.0.2:8000"},{"name":"p3","address":"10.0.0.3:8000"},` +
+			want: `[{"name":"p1","address":"10.0.0.1:8000"},{"name":"p2","address":"10.0.0.2:8000","hardware":"h200"},{"name":"p3","address":"10.0.0.3:8000","hardware":"mi300x"},` +
 				`{"name":"p4","address":"10.0.0.4:8000"},{"name":"p5","address":"10.0.0.5:8000"}]`,
 			warnings: `llm/p1: node mig label nvidia.com/gpu.product="NVIDIA-A100-SXM4-80GB-MIG-3g.40gb": a fraction of a GPU (MIG) has no profile; the plugin's default profile applies` + "\n" +
-				`llm/p2: node h200 label nvidia.com/gpu.product="NVIDIA-H200": profile "h200" is not in this build of gpuroute; the plugin's default profile applies` + "\n" +
-				`llm/p3: node mi300x label amd.com/gpu.product-name="AMD_Instinct_MI300X_OAM": profile "mi300x" is not in this build of gpuroute; the plugin's default profile applies` + "\n" +
 				`llm/p4: node t4 label nvidia.com/gpu.product="Tesla-T4": no profile for this GPU (give one with --hardware-map or the gpuroute.io/hardware annotation); the plugin's default profile applies` + "\n" +
 				`llm/p5: node shared label nvidia.com/gpu.product="NVIDIA-H100-80GB-HBM3-SHARED": a fraction of a GPU (SHARED) has no profile; the plugin's default profile applies`},
 		{name: "an exact product mapping wins and passes through",
@@ -146,7 +144,7 @@ func TestFromInferencePool(t *testing.T) {
 		{name: "an unknown hardware annotation leaves that pod out with the plugin's words",
 			pods:     []*corev1.Pod{pod("p1", "10.0.0.1", "h100", map[string]string{AnnotationHardware: "h999"}), pod("p2", "10.0.0.2", "a100", nil)},
 			want:     `[{"name":"p2","address":"10.0.0.2:8000","hardware":"a100"}]`,
-			excluded: `llm/p1: config: replicas[0].hardware "h999" is not a known profile (h100, a100, l40s, l4)`},
+			excluded: `llm/p1: config: replicas[0].hardware "h999" is not a known GPU class (b200, mi300x, h200, h100, a100, l40s, l4)`},
 		{name: "engine and metrics port from the pool, a pod's own annotation wins",
 			pool: sglangPool,
 			pods: []*corev1.Pod{pod("p1", "10.0.0.1", "", nil), pod("p2", "10.0.0.2", "", map[string]string{AnnotationEngine: "vllm", AnnotationMetricsPort: "8000", AnnotationMetricsPath: "/prometheus/metrics"})},

@@ -109,7 +109,7 @@ func (p *llmdSticky) Pick(_ time.Duration, req *Request, _ int) Decision {
 	}
 	bestSticky, bestOther := math.Inf(1), math.Inf(1)
 	for i := 0; i < p.l.f.Len(); i++ {
-		if !p.l.eligible(i) {
+		if !p.l.eligible(i, req) {
 			continue
 		}
 		p.match[i] = p.idx[i].match(ch)
@@ -125,7 +125,7 @@ func (p *llmdSticky) Pick(_ time.Duration, req *Request, _ int) Decision {
 	uncached := func(i int) int64 {
 		return int64(max(req.PromptTokens-p.match[i]*llmdBlockChars/CharsPerToken, 0))
 	}
-	best := p.l.argmin(func(i int) float64 {
+	best := p.l.argmin(req, func(i int) float64 {
 		if onlySticky && !p.sticky[i] {
 			return math.Inf(1)
 		}
@@ -184,12 +184,12 @@ func (p *llmd322) Pick(_ time.Duration, req *Request, _ int) Decision {
 	ch := p.tc.chain(req, llmdBlockChars)
 	minQ, maxQ := math.MaxInt, math.MinInt
 	for i := 0; i < p.l.f.Len(); i++ {
-		if p.l.eligible(i) {
+		if p.l.eligible(i, req) {
 			q := p.l.f.Scrape(i).Waiting
 			minQ, maxQ = min(minQ, q), max(maxQ, q)
 		}
 	}
-	best := p.l.argmin(func(i int) float64 {
+	best := p.l.argmin(req, func(i int) float64 {
 		s := p.l.f.Scrape(i)
 		prefix := 0.0
 		if len(ch) > 0 {

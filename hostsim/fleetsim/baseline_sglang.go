@@ -67,13 +67,13 @@ func (p *sglangRouter) Pick(_ time.Duration, req *Request, _ int) Decision {
 // pick returns the worker cache_aware chooses for req (chain ch), -1 if
 // none is eligible.
 func (p *sglangRouter) pick(req *Request, ch []uint64) int {
-	least := p.l.firstLeast(func(i int) float64 { return float64(p.l.inflight[i]) })
+	least := p.l.firstLeast(req, func(i int) float64 { return float64(p.l.inflight[i]) })
 	if least < 0 {
 		return -1
 	}
 	minL, maxL := math.MaxInt, 0
 	for i := 0; i < p.l.f.Len(); i++ {
-		if p.l.eligible(i) {
+		if p.l.eligible(i, req) {
 			minL, maxL = min(minL, p.l.inflight[i]), max(maxL, p.l.inflight[i])
 		}
 	}
@@ -81,7 +81,7 @@ func (p *sglangRouter) pick(req *Request, ch []uint64) int {
 		return least
 	}
 	bm := 0
-	best := p.l.argmin(func(i int) float64 {
+	best := p.l.argmin(req, func(i int) float64 {
 		m := p.idx[i].match(ch)
 		bm = max(bm, m)
 		return -float64(m)

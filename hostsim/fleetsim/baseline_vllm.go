@@ -49,7 +49,7 @@ func (p *vllmPrefixAware) Start(f *Fleet) error {
 
 func (p *vllmPrefixAware) Pick(_ time.Duration, req *Request, _ int) Decision {
 	ch := p.tc.chain(req, vllmChunkChars)
-	if !p.longestMatch(ch) {
+	if !p.longestMatch(req, ch) {
 		return Reject(503)
 	}
 	best := p.randomMember()
@@ -57,14 +57,14 @@ func (p *vllmPrefixAware) Pick(_ time.Duration, req *Request, _ int) Decision {
 	return Route(best)
 }
 
-// longestMatch leaves in p.sel the eligible replicas that hold the longest
-// prefix of chunk chain ch (all eligible ones when none holds its first
-// chunk); false if no replica is eligible.
-func (p *vllmPrefixAware) longestMatch(ch []uint64) bool {
+// longestMatch leaves in p.sel the replicas eligible for req that hold the
+// longest prefix of chunk chain ch (all eligible ones when none holds its
+// first chunk); false if no replica is eligible.
+func (p *vllmPrefixAware) longestMatch(req *Request, ch []uint64) bool {
 	clear(p.sel)
 	any := false
 	for i := 0; i < p.l.f.Len(); i++ {
-		if p.l.eligible(i) {
+		if p.l.eligible(i, req) {
 			p.sel[i/64] |= 1 << (i % 64)
 			any = true
 		}

@@ -90,17 +90,22 @@ func (l *local) observe(ev *Event) {
 	}
 }
 
-// eligible reports whether a router would send to replica i: configured
-// open and healthy at the last scrape.
-func (l *local) eligible(i int) bool { return l.f.Open(i) && l.f.Scrape(i).Healthy }
+// eligible reports whether a router would send req to replica i:
+// configured open, healthy at the last scrape, and serving req's model.
+// No baseline knows models; a gateway that serves several keeps each
+// model's replicas apart by routing (a pool or route per model), so each
+// chooses among those alone, as gpuroute's models key does.
+func (l *local) eligible(i int, req *Request) bool {
+	return l.f.Open(i) && l.f.Scrape(i).Healthy && l.f.Replica(i).Serves(req.Model)
+}
 
-// argmin returns the eligible replica with the lowest cost, ties broken at
-// random (seeded); -1 if none.
-func (l *local) argmin(cost func(i int) float64) int {
+// argmin returns the replica eligible for req with the lowest cost, ties
+// broken at random (seeded); -1 if none.
+func (l *local) argmin(req *Request, cost func(i int) float64) int {
 	best, ties := -1, 0
 	bc := math.Inf(1)
 	for i := 0; i < l.f.Len(); i++ {
-		if !l.eligible(i) {
+		if !l.eligible(i, req) {
 			continue
 		}
 		c := cost(i)
@@ -117,13 +122,14 @@ func (l *local) argmin(cost func(i int) float64) int {
 	return best
 }
 
-// firstLeast returns the eligible replica with the lowest cost, the first
-// of equals (a router scanning its worker list in order); -1 if none.
-func (l *local) firstLeast(cost func(i int) float64) int {
+// firstLeast returns the replica eligible for req with the lowest cost,
+// the first of equals (a router scanning its worker list in order); -1 if
+// none.
+func (l *local) firstLeast(req *Request, cost func(i int) float64) int {
 	best := -1
 	bc := math.Inf(1)
 	for i := 0; i < l.f.Len(); i++ {
-		if l.eligible(i) {
+		if l.eligible(i, req) {
 			if c := cost(i); best < 0 || c < bc {
 				best, bc = i, c
 			}
@@ -170,7 +176,7 @@ type roundRobin struct {
 	workers int
 	seed    int64
 	conns   *connections
-	next    []int // per worker: the host its rotation picks next
+	next    map[string][]int // per model, per worker: the host its rotation picks next
 }
 
 func newRoundRobin(o PolicyOptions) *roundRobin {
@@ -182,23 +188,37 @@ func (p *roundRobin) Start(f *Fleet) error {
 	p.workers = max(p.workers, 1)
 	p.l.start(f, p.seed)
 	p.conns = newConnections(p.workers, p.seed)
-	p.next = make([]int, p.workers)
-	if p.workers > 1 {
-		for w := range p.next {
-			p.next[w] = p.l.rng.IntN(f.Len())
+	// Each model's replicas are a pool of their own, with their own
+	// rotations (local.eligible).
+	p.next = map[string][]int{}
+	for i := range f.Len() {
+		m := f.Replica(i).Config().Model
+		if p.next[m] != nil {
+			continue
 		}
+		next := make([]int, p.workers)
+		if p.workers > 1 {
+			for w := range next {
+				next[w] = p.l.rng.IntN(f.Len())
+			}
+		}
+		p.next[m] = next
 	}
 	return nil
 }
 func (p *roundRobin) Advance(time.Duration) {}
 func (p *roundRobin) Observe(ev *Event)     {}
 func (p *roundRobin) Pick(_ time.Duration, req *Request, _ int) Decision {
+	next := p.next[req.Model]
+	if next == nil {
+		return Reject(503) // no replica serves the model
+	}
 	w := p.conns.worker(req.ID)
 	n := p.l.f.Len()
 	for k := 0; k < n; k++ {
-		i := (p.next[w] + k) % n
-		if p.l.eligible(i) {
-			p.next[w] = i + 1
+		i := (next[w] + k) % n
+		if p.l.eligible(i, req) {
+			next[w] = i + 1
 			return Route(i)
 		}
 	}
@@ -216,8 +236,8 @@ func (p *leastRequest) Name() string          { return "least-request" }
 func (p *leastRequest) Start(f *Fleet) error  { p.l.start(f, 1); return nil }
 func (p *leastRequest) Advance(time.Duration) {}
 func (p *leastRequest) Observe(ev *Event)     { p.l.observe(ev) }
-func (p *leastRequest) Pick(_ time.Duration, _ *Request, _ int) Decision {
-	return pickOr503(p.l.argmin(func(i int) float64 { return float64(p.l.inflight[i]) }))
+func (p *leastRequest) Pick(_ time.Duration, req *Request, _ int) Decision {
+	return pickOr503(p.l.argmin(req, func(i int) float64 { return float64(p.l.inflight[i]) }))
 }
 
 // ---- least-tokens ----
@@ -230,8 +250,8 @@ func (p *leastTokens) Name() string          { return "least-tokens" }
 func (p *leastTokens) Start(f *Fleet) error  { p.l.start(f, 2); return nil }
 func (p *leastTokens) Advance(time.Duration) {}
 func (p *leastTokens) Observe(ev *Event)     { p.l.observe(ev) }
-func (p *leastTokens) Pick(_ time.Duration, _ *Request, _ int) Decision {
-	return pickOr503(p.l.argmin(func(i int) float64 { return float64(p.l.tokens[i]) }))
+func (p *leastTokens) Pick(_ time.Duration, req *Request, _ int) Decision {
+	return pickOr503(p.l.argmin(req, func(i int) float64 { return float64(p.l.tokens[i]) }))
 }
 
 // ---- always-warm ----
@@ -266,7 +286,7 @@ func (p *alwaysWarm) Pick(_ time.Duration, req *Request, _ int) Decision {
 	n := p.l.f.Len()
 	for k := 0; k < n; k++ {
 		i := (p.next + k) % n
-		if !p.l.eligible(i) {
+		if !p.l.eligible(i, req) {
 			continue
 		}
 		if m := p.idx[i].match(ch); best < 0 || m > bm {
@@ -305,7 +325,7 @@ func (p *dynamoRouter) Advance(time.Duration) {}
 func (p *dynamoRouter) Observe(ev *Event)     { p.l.observe(ev) }
 func (p *dynamoRouter) Pick(_ time.Duration, req *Request, _ int) Decision {
 	n := req.PromptTokens
-	return pickOr503(p.l.argmin(func(i int) float64 {
+	return pickOr503(p.l.argmin(req, func(i int) float64 {
 		k := p.l.f.Replica(i).CachedPrefixTokens(req)
 		prefill := float64(n-k) / BlockTokens
 		decode := float64(p.l.blocks[i] + int64(blocksFor(n)))
@@ -341,6 +361,9 @@ type oracle struct {
 	d      scoring.Decision
 	sreq   scoring.Request
 	held   oracleFlow
+	// served maps each model a replica serves to the replicas serving it
+	// (scoring.Request.ServedBy).
+	served map[string][]bool
 }
 
 func (p *oracle) Name() string { return "oracle" }
@@ -353,8 +376,13 @@ func (p *oracle) Start(f *Fleet) error {
 	p.adapt = make([][]scoring.Adapter, n)
 	p.cached = make([]int, n)
 	p.ledger = scoring.NewLedger(p.params, n, 1)
+	p.served = map[string][]bool{}
 	for i := range n {
 		r := f.Replica(i)
+		if p.served[r.cfg.Model] == nil {
+			p.served[r.cfg.Model] = make([]bool, n)
+		}
+		p.served[r.cfg.Model][i] = true
 		p.reps[i].Addr = r.Addr
 		p.reps[i].AddrHash = prefix.HashString(r.Addr)
 		p.reps[i].Engine = r.cfg.Engine
@@ -378,8 +406,12 @@ func (p *oracle) decide(now time.Duration, req *Request, sreq *scoring.Request) 
 	// Its own true output as max_tokens: Pick's estimate of how long the
 	// request runs (the KV it needs while the batch grows) is then exact,
 	// as the batch's remaining outputs are.
+	served, ok := p.served[req.Model]
+	if !ok {
+		served = make([]bool, len(p.reps)) // no replica serves it
+	}
 	*sreq = scoring.Request{PromptTokens: req.PromptTokens, Chain: req.Chain(), Model: req.Model,
-		Adapter: req.Adapter, MaxTokens: req.output, Stream: req.Stream}
+		Adapter: req.Adapter, MaxTokens: req.output, Stream: req.Stream, ServedBy: served}
 	scoring.Pick(&p.params, sreq, p.reps, p.cached, p.ledger, nowNanos, &p.d)
 	if p.d.Index < 0 && p.d.NoAdapterSlot > 0 {
 		// No open replica can take the adapter now: queue it where the

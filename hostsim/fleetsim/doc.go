@@ -10,6 +10,12 @@
 //	res, _ := fleetsim.Run(cfg, w, p)
 //	// res.Summary.TTFTP90Sec, res.Summary.PrefixHitRate, ...
 //
+// A replica serves one base model ([ReplicaConfig].Model) and a request
+// names its own: no baseline knows models, so each chooses among the
+// replicas serving the request's model, the pool a gateway's route for
+// that model would hold; a request sent to another replica fails with the
+// engine's 404 ([Summary].WrongModel).
+//
 // Everything is deterministic for a seed: time is a [time.Duration] since the
 // start of the run (no wall clock), randomness comes from seeded generators, and
 // ties in the event queue break by insertion order.

@@ -322,6 +322,17 @@ func (p *GPURoute) buildConfig(g int) {
 		b = strconv.AppendQuote(b, r.Cluster)
 		b = append(b, `,"hardware":`...)
 		b = strconv.AppendQuote(b, c.Hardware.Name)
+		if c.Shape != "" {
+			b = append(b, `,"model_profile":`...)
+			b = strconv.AppendQuote(b, c.Shape)
+		}
+		if c.TensorParallel > 1 {
+			b = append(b, `,"tensor_parallel":`...)
+			b = strconv.AppendInt(b, int64(c.TensorParallel), 10)
+		}
+		b = append(b, `,"models":[`...)
+		b = strconv.AppendQuote(b, c.Model)
+		b = append(b, ']')
 		b = append(b, `,"engine":`...)
 		b = strconv.AppendQuote(b, c.Engine)
 		b = append(b, `,"kv_capacity_tokens":`...)

@@ -17,8 +17,16 @@ const (
 )
 
 // DefaultModel is the base model name replicas serve (the scoring profiles
-// model an 8B dense model).
-const DefaultModel = "meta-llama/Llama-3.1-8B-Instruct"
+// model an 8B dense model), and Model70B the one the two-models workload's
+// large replicas serve.
+const (
+	DefaultModel = "meta-llama/Llama-3.1-8B-Instruct"
+	Model70B     = "meta-llama/Llama-3.1-70B-Instruct"
+)
+
+// shapeModels maps a scoring model shape to the model name a replica of
+// that shape serves (ParseHardware); another shape serves its own name.
+var shapeModels = map[string]string{scoring.ModelLlama3x8B: DefaultModel, scoring.ModelLlama3x70B: Model70B}
 
 // Replica defaults. They follow vLLM's engine arguments: max_num_seqs 256
 // (vLLM's long-standing default), max_num_batched_tokens 8192 (vLLM V1's
@@ -35,9 +43,17 @@ const (
 // ReplicaConfig describes one replica. Zero fields take the defaults above
 // (KVBlocks: Hardware.KVCapacityTokens / BlockTokens).
 type ReplicaConfig struct {
-	Hardware    scoring.Hardware
-	Engine      string // EngineVLLM (default), EngineSGLang, EngineTGI
-	Model       string
+	Hardware scoring.Hardware
+	Engine   string // EngineVLLM (default), EngineSGLang, EngineTGI
+	// Model is the one base model the replica serves (default
+	// DefaultModel): a request for another gets the engine's 404.
+	Model string
+	// Shape names the model's scoring.ModelShape and TensorParallel the
+	// GPUs the replica spans, which with the GPU class make Hardware
+	// (ParseHardware); "" and 0: the reference model on one GPU.
+	Shape          string
+	TensorParallel int
+
 	MaxBatch    int // max concurrent sequences (vLLM max_num_seqs)
 	TokenBudget int // tokens per step (vLLM max_num_batched_tokens)
 	KVBlocks    int // KV cache size in blocks
@@ -144,6 +160,9 @@ func newReplica(i int, cfg ReplicaConfig, s *sim) *Replica {
 
 // Config returns the replica's configuration with defaults filled in.
 func (r *Replica) Config() ReplicaConfig { return r.cfg }
+
+// Serves reports whether the replica serves base model model.
+func (r *Replica) Serves(model string) bool { return model == r.cfg.Model }
 
 // Hardware returns the replica's cost profile.
 func (r *Replica) Hardware() *scoring.Hardware { return &r.cfg.Hardware }

@@ -32,10 +32,14 @@ type Summary struct {
 	// response at all (still held when the run ended) or that the router
 	// released twice (which would reach two replicas): always 0 for a
 	// correct router.
-	Shed     int          `json:"shed,omitempty"`
-	Lost     int          `json:"lost"`
-	Migrated int          `json:"migrated"`
-	Drain    DrainSummary `json:"drain"`
+	Shed int `json:"shed,omitempty"`
+	// WrongModel counts the requests the router sent to a replica that
+	// does not serve their model (the engine answers 404): always 0 for a
+	// correct router.
+	WrongModel int          `json:"wrong_model,omitempty"`
+	Lost       int          `json:"lost"`
+	Migrated   int          `json:"migrated"`
+	Drain      DrainSummary `json:"drain"`
 	// HeldMeanSec is the mean time the router held a request before
 	// dispatching or answering it, over the requests it held.
 	HeldMeanSec float64 `json:"held_mean_s,omitempty"`
@@ -143,6 +147,7 @@ func (s *sim) result(wall time.Duration) *Result {
 	}
 	sum.Migrated = s.migrated
 	sum.Drain.NewAfterClose = s.newAfterClose
+	sum.WrongModel = s.wrongModel
 	for _, d := range s.drains {
 		sum.Drain.DeadlineSec = max(sum.Drain.DeadlineSec, d.deadline.Seconds())
 		end := d.finish
@@ -315,6 +320,7 @@ func Pool(runs []*Result) *Result {
 		sum.Drain.FinishedSec = max(sum.Drain.FinishedSec, s.Drain.FinishedSec)
 		sum.Drain.NewAfterClose += s.Drain.NewAfterClose
 		sum.Shed += s.Shed
+		sum.WrongModel += s.WrongModel
 		sum.Lost += s.Lost
 		out.HeldN += r.HeldN
 		out.HeldSec += r.HeldSec

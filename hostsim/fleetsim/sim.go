@@ -204,6 +204,7 @@ type sim struct {
 	load     [][]float64
 
 	newAfterClose int
+	wrongModel    int
 	migrated      int
 	failedReqs    int
 	drains        []drainRec
@@ -426,6 +427,13 @@ func (s *sim) handOver(st *reqState, d Decision) {
 		return
 	}
 	r := s.f.replicas[d.Replica]
+	if !r.Serves(st.req.Model) {
+		// The engine answers 404 model_not_found: final.
+		s.wrongModel++
+		st.answered = true
+		s.fail(st)
+		return
+	}
 	if err := r.accept(s.now, st); err != nil {
 		if r.draining {
 			s.newAfterClose++

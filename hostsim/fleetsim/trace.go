@@ -159,7 +159,12 @@ func UniformReplicas(n int, hardware string) []ReplicaConfig {
 
 // ParseHardware reads a fleet spec: "h100" (with replicas giving the count),
 // or "h100:4,a100:2,l4:2" (counts per profile; replicas, if > 0, must match
-// the total or is filled by repeating the list).
+// the total or is filled by repeating the list). A part may name the model
+// shape its replicas serve and their tensor-parallel degree,
+// "[TPx]GPU[/SHAPE][:COUNT]": "4xh100/llama-3-70b:2" is two replicas of
+// Llama-3-70B on four H100s each, serving Model70B (scoring.NewProfile
+// prices them); without a shape a replica serves DefaultModel as the
+// reference model on one GPU.
 func ParseHardware(spec string, replicas int) ([]ReplicaConfig, error) {
 	var out []ReplicaConfig
 	for _, part := range strings.Split(spec, ",") {
@@ -168,10 +173,9 @@ func ParseHardware(spec string, replicas int) ([]ReplicaConfig, error) {
 			continue
 		}
 		name, count, hasCount := strings.Cut(part, ":")
-		h, ok := scoring.LookupHardware(name)
-		if !ok {
-			return nil, errors.New("fleetsim: hardware " + quote(name) + " is not a profile (have " +
-				strings.Join(scoring.HardwareNames(), ", ") + ")")
+		rc, err := parseReplicaSpec(name)
+		if err != nil {
+			return nil, err
 		}
 		n := 1
 		if hasCount {
@@ -184,7 +188,7 @@ func ParseHardware(spec string, replicas int) ([]ReplicaConfig, error) {
 			n = replicas
 		}
 		for i := 0; i < n; i++ {
-			out = append(out, ReplicaConfig{Hardware: h})
+			out = append(out, rc)
 		}
 	}
 	if len(out) == 0 {
@@ -198,4 +202,39 @@ func ParseHardware(spec string, replicas int) ([]ReplicaConfig, error) {
 		}
 	}
 	return out, nil
+}
+
+// parseReplicaSpec reads "[TPx]GPU[/SHAPE]" (ParseHardware).
+func parseReplicaSpec(spec string) (ReplicaConfig, error) {
+	gpu, shapeName, hasShape := strings.Cut(spec, "/")
+	tp := 1
+	if k := strings.IndexByte(gpu, 'x'); k > 0 {
+		if v, err := strconv.Atoi(gpu[:k]); err == nil {
+			if v <= 0 {
+				return ReplicaConfig{}, errors.New("fleetsim: tensor parallel degree in " + quote(spec) + " must be positive")
+			}
+			tp, gpu = v, gpu[k+1:]
+		}
+	}
+	if _, ok := scoring.LookupHardware(gpu); !ok {
+		return ReplicaConfig{}, errors.New("fleetsim: hardware " + quote(gpu) + " is not a profile (have " +
+			strings.Join(scoring.HardwareNames(), ", ") + ")")
+	}
+	shape, model := scoring.ReferenceModel, DefaultModel
+	if hasShape {
+		shape, model = shapeName, shapeName
+		if m, ok := shapeModels[shapeName]; ok {
+			model = m
+		}
+	}
+	m, ok := scoring.LookupModelShape(shape)
+	if !ok {
+		return ReplicaConfig{}, errors.New("fleetsim: model shape " + quote(shape) + " in " + quote(spec) + " is not one of " +
+			strings.Join(scoring.ModelShapeNames(), ", "))
+	}
+	h, err := scoring.NewProfile(gpu, m, tp)
+	if err != nil {
+		return ReplicaConfig{}, errors.New("fleetsim: " + quote(spec) + ": " + err.Error())
+	}
+	return ReplicaConfig{Hardware: h, Model: model, Shape: m.Name, TensorParallel: tp}, nil
 }

@@ -91,7 +91,7 @@ type Stage struct {
 }
 
 // WorkloadNames lists the generators.
-var WorkloadNames = []string{"shared-prefix", "multi-turn", "lora", "bimodal", "hetero", "drain", "few-prefixes", "priority", "fairness", "agentic"}
+var WorkloadNames = []string{"shared-prefix", "multi-turn", "lora", "bimodal", "hetero", "drain", "few-prefixes", "priority", "fairness", "agentic", "two-models"}
 
 // Generate builds the named workload.
 func Generate(name string, o WorkloadOptions) (*Workload, error) {
@@ -119,6 +119,8 @@ func Generate(name string, o WorkloadOptions) (*Workload, error) {
 		w = fairnessWorkload(o)
 	case "agentic":
 		w = agentic(o)
+	case "two-models":
+		w = twoModels(o)
 	default:
 		return nil, errors.New("fleetsim: unknown workload " + quote(name) + " (have " + strings.Join(WorkloadNames, ", ") + ")")
 	}

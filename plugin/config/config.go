@@ -17,6 +17,7 @@ import (
 	"errors"
 	"net/netip"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/gpuroute/gpuroute/plugin/jsonx"
@@ -197,10 +198,20 @@ type Replica struct {
 	// MetricNames are the engine's default metric names with the top-level
 	// metric_names overrides applied, then the replica's own.
 	MetricNames metrics.Names
-	// Hardware names the cost profile (scoring.LookupHardware); Profile is
-	// the profile itself. Default "h100".
-	Hardware string
-	Profile  scoring.Hardware
+	// Hardware names the GPU class (scoring.HardwareNames; default
+	// "h100"), ModelProfile the model shape that prices the replica (a
+	// built-in scoring.ModelShapeNames one or one of the configuration's
+	// ModelProfiles; default scoring.ReferenceModel) and TensorParallel the
+	// GPUs one replica spans (default 1); Profile is the cost profile the
+	// three make (scoring.NewProfile).
+	Hardware       string
+	ModelProfile   string
+	TensorParallel int
+	Profile        scoring.Hardware
+	// Models lists the base models the replica serves (OpenAI "model"
+	// values; an adapter's requests go where its base model is served);
+	// nil: every model. Config.ServedBy has each model's replicas.
+	Models []string
 	// AdapterSlots is the replica's LoRA slot count (vLLM max_loras); -1
 	// (default) takes it from metrics, 0 means the replica serves no adapters.
 	AdapterSlots int
@@ -227,6 +238,9 @@ type Config struct {
 	// adapter (configured as "adapters": {"name": "base model"}); any other
 	// model value is a base model.
 	Adapters map[string]Adapter
+	// ModelProfiles are the configuration's own model shapes, by name
+	// ("model_profiles"), for replicas' model_profile.
+	ModelProfiles map[string]scoring.ModelShape
 	// BlockChars is the prefix block size in characters (default 64: vLLM's
 	// 16-token block at about 4 characters per token).
 	BlockChars int
@@ -268,6 +282,12 @@ type Config struct {
 	Flow FlowControl
 	// Params are the decision's tunables.
 	Params scoring.Params
+
+	// servedBy maps each model a replica lists to its mask (ServedBy), nil
+	// for a model every replica serves; unlisted is the mask of the other
+	// models. servedBy is nil when no replica lists models.
+	servedBy map[string][]bool
+	unlisted []bool
 }
 
 // Adapter is a LoRA adapter served under its own OpenAI "model" name.
@@ -362,6 +382,11 @@ func Parse(data []byte) (*Config, error) {
 			return nil, errors.New("config: " + field(i, KeyMetricNames) + ": " + err.Error())
 		}
 	}
+	// Profiles and model masks too: a replica's model_profile may name
+	// one of model_profiles, and the adapters may follow the replicas.
+	if err := settleModels(cfg); err != nil {
+		return nil, err
+	}
 	if cfg.LeaseMillis == 0 {
 		cfg.LeaseMillis = max(3*cfg.TickMillis, 1000)
 	}
@@ -423,7 +448,7 @@ func parseReplicas(cfg *Config, r *jsonx.Reader) ([]nameOverrides, error) {
 // MetricNames are left for Parse to settle.
 func parseReplica(i int, r *jsonx.Reader) (Replica, nameOverrides, error) {
 	rep := Replica{Engine: metrics.EngineVLLM, State: StateActive, MetricsPath: DefaultMetricsPath,
-		Hardware: scoring.HardwareH100, Profile: scoring.DefaultHardware(), AdapterSlots: -1}
+		Hardware: scoring.HardwareH100, ModelProfile: scoring.ReferenceModel, TensorParallel: 1, AdapterSlots: -1}
 	where := KeyReplicas + "[" + strconv.Itoa(i) + "]"
 	if k := r.Kind(); k != jsonx.Object {
 		if err := malformed(r); err != nil {
@@ -445,7 +470,7 @@ func parseReplica(i int, r *jsonx.Reader) (Replica, nameOverrides, error) {
 			return rep, nil, err
 		}
 		switch key {
-		case KeyName, KeyAddress, KeyMetricsCluster, KeyMetricsAddress, KeyEngine, KeyHardware, KeyState, KeyMetricsPath:
+		case KeyName, KeyAddress, KeyMetricsCluster, KeyMetricsAddress, KeyEngine, KeyHardware, KeyState, KeyMetricsPath, KeyModelProfile:
 			s, err := stringValue(field(i, key), r.Value())
 			if err != nil {
 				return rep, nil, err
@@ -488,6 +513,17 @@ func parseReplica(i int, r *jsonx.Reader) (Replica, nameOverrides, error) {
 				return rep, nil, err
 			}
 			rep.KVCapacityTokens = int(v)
+		case KeyTensorParallel:
+			v, err := boundedInt(field(i, key), r.Value(), 1, scoring.MaxTensorParallel)
+			if err != nil {
+				return rep, nil, err
+			}
+			rep.TensorParallel = int(v)
+		case KeyModels:
+			var err error
+			if rep.Models, err = parseModels(i, r); err != nil {
+				return rep, nil, err
+			}
 		default:
 			return rep, nil, errors.New("config: " + where + ": unknown key " + quoteString(key))
 		}
@@ -564,9 +600,15 @@ func setReplicaString(r *Replica, i int, key, s string) error {
 	case KeyHardware:
 		hw, ok := scoring.LookupHardware(s)
 		if !ok {
-			return errors.New("config: " + field(i, key) + " " + quoteString(s) + " is not a known profile (h100, a100, l40s, l4)")
+			return errors.New("config: " + field(i, key) + " " + quoteString(s) + " is not a known GPU class (" +
+				strings.Join(scoring.HardwareNames(), ", ") + ")")
 		}
-		r.Hardware, r.Profile = hw.Name, hw
+		r.Hardware = hw.Name // Parse makes the profile when the document is read
+	case KeyModelProfile:
+		if s == "" {
+			return errors.New("config: " + field(i, key) + " must not be empty")
+		}
+		r.ModelProfile = s
 	case KeyState:
 		switch s {
 		case StateNameActive:

@@ -4,6 +4,7 @@ import (
 	"github.com/gpuroute/gpuroute/plugin/metrics"
 	"github.com/gpuroute/gpuroute/scoring"
 	"net/netip"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -19,10 +20,10 @@ func TestParseExample(t *testing.T) {
 	want := Replica{
 		Name: "vllm-0", Address: netip.MustParseAddrPort("10.0.0.1:8000"), AddressText: "10.0.0.1:8000",
 		MetricsCluster: "vllm-0-metrics", MetricsPath: "/metrics", Engine: metrics.EngineVLLM,
-		MetricNames: metrics.DefaultNames(metrics.EngineVLLM), Hardware: "h100", Profile: scoring.DefaultHardware(),
-		State: StateActive, AdapterSlots: -1,
+		MetricNames: metrics.DefaultNames(metrics.EngineVLLM), Hardware: "h100", ModelProfile: scoring.ReferenceModel,
+		TensorParallel: 1, Profile: scoring.DefaultHardware(), State: StateActive, AdapterSlots: -1,
 	}
-	if len(cfg.Replicas) != 1 || cfg.Replicas[0] != want || cfg.TickMillis != 1000 {
+	if len(cfg.Replicas) != 1 || !reflect.DeepEqual(cfg.Replicas[0], want) || cfg.TickMillis != 1000 {
 		t.Errorf("Parse(example) = %+v, want one replica %+v and tick 1000", cfg, want)
 	}
 }
@@ -144,7 +145,7 @@ func TestParseRejects(t *testing.T) {
 		{name: "bad state", in: `{"replicas":[` + r(`,"state":"paused"`) + `]}`,
 			want: `config: replicas[0].state "paused" is not one of active, draining, drained`},
 		{name: "unknown hardware", in: `{"replicas":[` + r(`,"hardware":"tpu"`) + `]}`,
-			want: `config: replicas[0].hardware "tpu" is not a known profile (h100, a100, l40s, l4)`},
+			want: `config: replicas[0].hardware "tpu" is not a known GPU class (b200, mi300x, h200, h100, a100, l40s, l4)`},
 		{name: "adapter slots bound", in: `{"replicas":[` + r(`,"adapter_slots":5000`) + `]}`,
 			want: `config: replicas[0].adapter_slots must be in [-1, 1024], got 5000`},
 		{name: "body limit bound", in: `{"replicas":[` + r(``) + `],"max_body_bytes":104857600}`,
@@ -318,6 +319,9 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(`{`))
 	f.Add([]byte(`{"replicas":[{"name":"a","address":"10.0.0.1:1","metric_names":{"waiting":"trtllm:w","kv_usage":{"metric":"m","label":"l","value":"v"},"lora_info":null},"engine":"triton"}],"metric_names":{"running":null}}`))
 	f.Add([]byte(`{"replicas":[{"name":"a","address":"10.0.0.1:1"}],"peer_path":"/p","peer_token":"0123456789abcdef","peers":[{"name":"b","cluster":"c"},{"name":"b"}]}`))
+	f.Add([]byte(mixedFleet))
+	f.Add([]byte(`{"model_profiles":{"s":{"params_b":1.5e1,"active_params_b":2,"num_hidden_layers":4,"hidden_size":64,"num_attention_heads":2,"num_key_value_heads":1,"head_dim":32}},` +
+		`"replicas":[{"name":"a","address":"10.0.0.1:1","model_profile":"s","tensor_parallel":3,"models":["x"]},{"name":"b","address":"10.0.0.2:1","models":["x","y"]}]}`))
 	f.Add([]byte(`{"replicas":[{"name":"a","address":"10.0.0.1:1","metrics_cluster":"m","metrics_address":"10.0.0.1:9"},{"name":"b","address":"10.0.0.2:1","metrics_address":"10.0.0.2:9"}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg, err := Parse(data)
@@ -357,6 +361,19 @@ func FuzzParse(f *testing.F) {
 			}
 			if r.State > StateDrained || (r.DrainDeadlineUnixMillis != 0 && r.State != StateDraining) {
 				t.Fatalf("replica %d has state %v with deadline %d", i, r.State, r.DrainDeadlineUnixMillis)
+			}
+			if !(r.Profile.PrefillSecPerToken > 0) || r.Profile.KVCapacityTokens < 1 || r.TensorParallel < 1 {
+				t.Fatalf("replica %d has profile %+v at tensor parallel %d", i, r.Profile, r.TensorParallel)
+			}
+			// A replica serves every model it lists, and a replica that
+			// lists none serves every model.
+			for _, m := range r.Models {
+				if s := cfg.ServedBy(m); s != nil && (len(s) != len(cfg.Replicas) || !s[i]) {
+					t.Fatalf("ServedBy(%q) = %v, want replica %d among them", m, s, i)
+				}
+			}
+			if s := cfg.ServedBy("\x00unlisted"); r.Models == nil && s != nil && !s[i] {
+				t.Fatalf("ServedBy(unlisted) = %v, want replica %d (no models) among them", s, i)
 			}
 		}
 	})

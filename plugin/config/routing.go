@@ -21,6 +21,8 @@ func parseRouting(cfg *Config, key string, r *jsonx.Reader) error {
 		return parsePeers(cfg, r)
 	case KeyFlowControl:
 		return parseFlowControl(cfg, r)
+	case KeyModelProfiles:
+		return parseModelProfiles(cfg, r)
 	}
 	v := r.Value()
 	var err error

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/gpuroute/gpuroute/plugin/config"
@@ -101,7 +102,8 @@ func BenchmarkDecision64(b *testing.B) {
 // TestResolveModel: the last model resolved, compared first, answers as
 // the lookups would, whatever the order of names.
 func TestResolveModel(t *testing.T) {
-	cfg, err := config.Parse([]byte(`{"replicas":[{"name":"a","address":"10.0.0.1:8000"}],` +
+	cfg, err := config.Parse([]byte(`{"replicas":[{"name":"a","address":"10.0.0.1:8000","models":["meta-llama/Llama-3.1-8B-Instruct"]},` +
+		`{"name":"b","address":"10.0.0.2:8000","models":["qwen"]},{"name":"c","address":"10.0.0.3:8000"}],` +
 		`"adapters":{"sql-lora":"meta-llama/Llama-3.1-8B-Instruct"}}`))
 	if err != nil {
 		t.Fatal(err)
@@ -110,18 +112,24 @@ func TestResolveModel(t *testing.T) {
 	if err := r.setup(cfg, nil); err != nil {
 		t.Fatal(err)
 	}
-	tests := []struct{ model, base, adapter string }{
-		{"sql-lora", "meta-llama/Llama-3.1-8B-Instruct", "sql-lora"},
-		{"sql-lora", "meta-llama/Llama-3.1-8B-Instruct", "sql-lora"},
-		{"meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-8B-Instruct", ""},
-		{"sql-lorb", "sql-lorb", ""}, // the same length as the adapter's name
-		{"sql-lora", "meta-llama/Llama-3.1-8B-Instruct", "sql-lora"},
-		{"", "", ""},
-		{"sql-lora", "meta-llama/Llama-3.1-8B-Instruct", "sql-lora"},
+	llama, qwen, other := []bool{true, false, true}, []bool{false, true, true}, []bool{false, false, true}
+	tests := []struct {
+		model, base, adapter string
+		served               []bool
+	}{
+		{"sql-lora", "meta-llama/Llama-3.1-8B-Instruct", "sql-lora", llama},
+		{"sql-lora", "meta-llama/Llama-3.1-8B-Instruct", "sql-lora", llama},
+		{"meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-8B-Instruct", "", llama},
+		{"sql-lorb", "sql-lorb", "", other}, // the same length as the adapter's name
+		{"qwen", "qwen", "", qwen},
+		{"sql-lora", "meta-llama/Llama-3.1-8B-Instruct", "sql-lora", llama},
+		{"", "", "", other},
+		{"sql-lora", "meta-llama/Llama-3.1-8B-Instruct", "sql-lora", llama},
 	}
 	for i, tt := range tests {
-		if base, adapter := r.features.resolveModel([]byte(tt.model)); base != tt.base || adapter != tt.adapter {
-			t.Fatalf("request %d: resolveModel(%q) = %q, %q; want %q, %q", i, tt.model, base, adapter, tt.base, tt.adapter)
+		base, adapter, served := r.features.resolveModel([]byte(tt.model))
+		if base != tt.base || adapter != tt.adapter || !slices.Equal(served, tt.served) {
+			t.Fatalf("request %d: resolveModel(%q) = %q, %q, %v; want %q, %q, %v", i, tt.model, base, adapter, served, tt.base, tt.adapter, tt.served)
 		}
 	}
 }

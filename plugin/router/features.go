@@ -38,6 +38,7 @@ type features struct {
 	last struct {
 		name          []byte
 		base, adapter string
+		served        []bool
 		ok            bool
 	}
 }
@@ -91,8 +92,8 @@ func (f *features) of(parsed, unparsed bool) *scoring.Request {
 		return req
 	}
 	p := &f.parsed
-	model, adapter := f.resolveModel(p.Model)
-	req.Model, req.Adapter = model, adapter
+	model, adapter, served := f.resolveModel(p.Model)
+	req.Model, req.Adapter, req.ServedBy = model, adapter, served
 	f.hasher.SetSeed(model, adapter)
 	if p.PromptBad {
 		f.stats.add(f.stats.bodyUnparsed, 1)
@@ -107,19 +108,21 @@ func (f *features) of(parsed, unparsed bool) *scoring.Request {
 }
 
 // resolveModel maps the request's "model" to the base model and adapter,
-// as strings the decision can keep, without allocating for a name seen
-// before (a map index with string(b) does not allocate). The last name
-// resolved is compared first, a word at a time: most requests name the
-// model the one before did (TestResolveModel).
-func (f *features) resolveModel(model []byte) (base, adapter string) {
+// as strings the decision can keep, and the replicas that serve the base
+// model (config.ServedBy: nil when all do), without allocating for a name
+// seen before (a map index with string(b) does not allocate). The last
+// name resolved is compared first, a word at a time: most requests name
+// the model the one before did (TestResolveModel).
+func (f *features) resolveModel(model []byte) (base, adapter string, served []bool) {
 	last := &f.last
 	if last.ok && prefix.SameBytes(model, last.name) {
-		return last.base, last.adapter
+		return last.base, last.adapter, last.served
 	}
 	base, adapter = f.lookupModel(model)
+	served = f.cfg.ServedBy(base)
 	last.name = append(last.name[:0], model...)
-	last.base, last.adapter, last.ok = base, adapter, true
-	return base, adapter
+	last.base, last.adapter, last.served, last.ok = base, adapter, served, true
+	return base, adapter, served
 }
 
 func (f *features) lookupModel(model []byte) (base, adapter string) {

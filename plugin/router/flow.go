@@ -404,7 +404,8 @@ func (f *flowControl) retryAfter(band int) int64 {
 }
 
 // hold keeps what the late decision needs: the request's features with a
-// copy of its prefix chain (the parser's is reused by the next request).
+// copy of its prefix chain (the parser's is reused by the next request);
+// its model's mask is the configuration's, valid while it lasts.
 func (s *stream) hold(req *scoring.Request, band int, h flow.Handle, slot uint32, now int64) {
 	s.held, s.band, s.handle, s.slot, s.heldNanos = true, band, h, slot, now
 	chain := req.Chain[:min(len(req.Chain), maxHeldChainBlocks)]
@@ -432,6 +433,8 @@ func (f *flowControl) adopt(old *flowControl, now int64) {
 		s := old.slots[it.ID]
 		old.unhold(s, it.Band)
 		s.root = f.r
+		// The old mask numbers the old replicas (TestHeldKeepsModel).
+		s.heldReq.ServedBy = f.r.cfg.ServedBy(s.heldReq.Model)
 		f.take(s, old.cfg.Bands[it.Band].Name, it, now)
 		return true
 	})

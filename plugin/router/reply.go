@@ -31,6 +31,11 @@ const (
 // overloadedBody is the 429 body, in the shape OpenAI's API uses for errors.
 var overloadedBody = []byte(`{"error":{"message":"every eligible replica is over the configured queue bound (max_wait_ms); retry later","type":"rate_limit_exceeded","code":429}}`)
 
+// modelNotFoundBody is the 404 body for a model no replica serves, with
+// the type and code OpenAI's API answers an unknown model with (the model
+// is not echoed: no request data is).
+var modelNotFoundBody = []byte(`{"error":{"message":"no replica serves the requested model","type":"invalid_request_error","param":"model","code":"model_not_found"}}`)
+
 // The bodies of flow control's 429s: nothing of the request, its tenant or
 // the queue's other requests is echoed (TestFlowRepliesRevealNothing).
 var (
@@ -40,10 +45,15 @@ var (
 )
 
 // header writes the decision's destination into the request, or answers
-// locally: 503 when no replica is eligible (TestNoEligibleReplica), 429 when
-// the best one's expected wait is over max_wait_ms (TestOverload429). ok
-// says the request goes upstream.
+// locally: 404 when no replica serves the request's model
+// (TestModelNotServed), 503 when no replica is eligible
+// (TestNoEligibleReplica), 429 when the best one's expected wait is over
+// max_wait_ms (TestOverload429). ok says the request goes upstream.
 func (r *root) header(d *scoring.Decision, now int64) (action types.Action, ok bool) {
+	if d.Index < 0 && d.NoModel == len(r.view.replicas) {
+		// Retrying cannot help: no Retry-After.
+		return r.reject(404, detailsModelNotFound, modelNotFoundBody, r.stats.modelNotFound, 0), false
+	}
 	if d.Index < 0 {
 		return r.reject(503, detailsUnavailable, r.unavailableBody(d), r.stats.unavailable, r.unavailableRetrySec(now)), false
 	}
@@ -128,12 +138,16 @@ func removeAll(m proxy.MapType, name string, bound int) {
 }
 
 // reject answers the request locally, telling the client to retry after
-// retryAfterSec, and counts it.
+// retryAfterSec (no Retry-After when it is 0), and counts it.
 func (r *root) reject(status uint32, details string, body []byte, k stat, retryAfterSec int64) types.Action {
 	r.stats.add(k, 1)
-	// Itoa of a number below 100 allocates nothing.
-	r.replyHeaders[1][1] = strconv.Itoa(int(retryAfterSec))
-	if err := proxy.SendLocalResponse(status, details, body, r.replyHeaders[:], proxy.NoGrpcStatus); err != nil {
+	headers := r.replyHeaders[:1]
+	if retryAfterSec > 0 {
+		// Itoa of a number below 100 allocates nothing.
+		r.replyHeaders[1][1] = strconv.Itoa(int(retryAfterSec))
+		headers = r.replyHeaders[:]
+	}
+	if err := proxy.SendLocalResponse(status, details, body, headers, proxy.NoGrpcStatus); err != nil {
 		r.log.error("cannot send the local " + strconv.Itoa(int(status)) + ": " + err.Error())
 	}
 	return types.ActionPause
@@ -145,6 +159,10 @@ func (r *root) unavailableBody(d *scoring.Decision) []byte {
 	b := append(r.replies[:0], `{"error":{"message":"no eligible replica among `...)
 	b = strconv.AppendInt(b, int64(len(r.view.replicas)), 10)
 	b = append(b, `: `...)
+	if d.NoModel > 0 { // only fleets that list models have such replicas
+		b = strconv.AppendInt(b, int64(d.NoModel), 10)
+		b = append(b, ` serving other models, `...)
+	}
 	b = strconv.AppendInt(b, int64(d.Unhealthy), 10)
 	b = append(b, ` unhealthy, `...)
 	b = strconv.AppendInt(b, int64(d.Draining), 10)

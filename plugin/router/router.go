@@ -34,12 +34,13 @@ const (
 	// HeaderDecision is the opt-in response header explaining the decision.
 	HeaderDecision = "x-gpuroute-decision"
 
-	detailsUnavailable  = "gpuroute_no_eligible_replica"
-	detailsOverloaded   = "gpuroute_overloaded"
-	detailsStatus       = "gpuroute_status"
-	detailsShed         = "gpuroute_shed"
-	detailsQueueFull    = "gpuroute_queue_full"
-	detailsQueueTimeout = "gpuroute_queue_timeout"
+	detailsUnavailable   = "gpuroute_no_eligible_replica"
+	detailsModelNotFound = "gpuroute_model_not_found"
+	detailsOverloaded    = "gpuroute_overloaded"
+	detailsStatus        = "gpuroute_status"
+	detailsShed          = "gpuroute_shed"
+	detailsQueueFull     = "gpuroute_queue_full"
+	detailsQueueTimeout  = "gpuroute_queue_timeout"
 )
 
 // New returns the VM context to register with proxy.SetVMContext.

@@ -309,6 +309,67 @@ func TestClientDestinationReplaced(t *testing.T) {
 	}
 }
 
+// TestModelNotServed: a request goes only to a replica that serves its
+// base model (an adapter's is the one configured for it), a model no
+// replica serves gets a 404 in OpenAI's shape, and a model whose replicas
+// are all closed a 503.
+func TestModelNotServed(t *testing.T) {
+	const cfg = `{"replicas":[` +
+		`{"name":"big","address":"10.0.0.1:8000","hardware":"h100","model_profile":"llama-3-70b","tensor_parallel":4,"models":["llama-70b"]},` +
+		`{"name":"small","address":"10.0.0.2:8000","hardware":"l40s","models":["llama-8b"]},` +
+		`{"name":"old","address":"10.0.0.3:8000","models":["llama-2"],"state":"drained"}],` +
+		`"adapters":{"sql-lora":"llama-8b"}}`
+	body := func(model string) string {
+		b, _ := json.Marshal(map[string]any{"model": model, "messages": []map[string]string{{"role": "user", "content": "hello"}}})
+		return string(b)
+	}
+	eachLeg(t, func(t *testing.T, d driver) {
+		if !d.configure(cfg) {
+			t.Fatalf("configure(two models) = false, want true")
+		}
+		for _, tt := range []struct{ model, want string }{
+			{"llama-70b", "10.0.0.1:8000"}, {"llama-8b", "10.0.0.2:8000"}, {"sql-lora", "10.0.0.2:8000"}, {"llama-70b", "10.0.0.1:8000"},
+		} {
+			got, action, local := d.request(baseRequest, body(tt.model))
+			if dst := destinations(got); action != types.ActionContinue || local != nil || len(dst) != 1 || dst[0] != tt.want {
+				t.Fatalf("request(model %q) = destinations %q, action %v, local %+v; want [%s]", tt.model, dst, action, local, tt.want)
+			}
+		}
+		for _, tt := range []struct {
+			model      string
+			status     uint32
+			typ        string
+			retryAfter bool // retrying a model nobody serves cannot help
+		}{{"gpt-5", 404, "invalid_request_error", false}, {"llama-2", 503, "service_unavailable", true}} {
+			_, action, local := d.request(baseRequest, body(tt.model))
+			if action != types.ActionPause || local == nil || local.status != tt.status {
+				t.Fatalf("request(model %q) = action %v, local %+v; want Pause and a %d", tt.model, action, local, tt.status)
+			}
+			if got := headerValue(local.headers, "retry-after") != ""; got != tt.retryAfter {
+				t.Errorf("request(model %q): %d headers %q, Retry-After present %v, want %v", tt.model, tt.status, local.headers, got, tt.retryAfter)
+			}
+			var reply struct {
+				Error struct {
+					Type string `json:"type"`
+					Code any    `json:"code"`
+				} `json:"error"`
+			}
+			if err := json.Unmarshal([]byte(local.body), &reply); err != nil || reply.Error.Type != tt.typ {
+				t.Errorf("request(model %q) body %s (%v), want error type %s", tt.model, local.body, err, tt.typ)
+			}
+			if tt.status == 503 && !strings.Contains(local.body, "2 serving other models, 0 unhealthy, 1 draining") {
+				t.Errorf("503 body %s, want the replicas serving other models counted", local.body)
+			}
+			if tt.status == 404 && reply.Error.Code != "model_not_found" {
+				t.Errorf("404 body %s, want code model_not_found", local.body)
+			}
+		}
+		if n, ok := d.counter(statModelNotFound); !ok || n != 1 {
+			t.Errorf("counter %s = %d, %v; want 1", statModelNotFound, n, ok)
+		}
+	})
+}
+
 func TestNoEligibleReplica(t *testing.T) {
 	eachLeg(t, func(t *testing.T, d driver) {
 		if !d.configure(cfgNone) {

@@ -24,6 +24,7 @@ const (
 	statDrainResets     = "gpuroute_drain_resets_total"
 	statUnavailable     = "gpuroute_local_replies_503_total"
 	statOverloaded      = "gpuroute_local_replies_429_total"
+	statModelNotFound   = "gpuroute_local_replies_404_total"
 	statBodyUnparsed    = "gpuroute_body_unparsed_total"
 	statMemoReplays     = "gpuroute_prompt_memo_replays_total"
 	statLeaseChanges    = "gpuroute_lease_changes_total"
@@ -96,6 +97,7 @@ type stats struct {
 	adapterHost, adapterStorage              stat
 	scrapes, scrapeFailures, drainResets     stat
 	unavailable, overloaded, bodyUnparsed    stat
+	modelNotFound                            stat
 	memoReplays                              stat
 	leaseChanges, sweptFlights               stat
 	passiveEjections                         stat
@@ -145,6 +147,7 @@ func (s *stats) define(log *logPrefix, replicas []string) {
 	s.drainResets = def(c, statDrainResets)
 	s.unavailable = def(c, statUnavailable)
 	s.overloaded = def(c, statOverloaded)
+	s.modelNotFound = def(c, statModelNotFound)
 	s.bodyUnparsed = def(c, statBodyUnparsed)
 	s.memoReplays = def(c, statMemoReplays)
 	s.leaseChanges = def(c, statLeaseChanges)
