@@ -3,6 +3,7 @@ package examples
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -220,6 +222,7 @@ func TestEnvoyExamples(t *testing.T) {
 					if cfg.Scraper {
 						t.Errorf("%s: the gpuroute HTTP filter has role %q, which routes without sharing its work", tc.file, config.RoleScraper)
 					}
+					checkHeldTimeouts(t, tc.file, hcm, cfg)
 					cfgs = append(cfgs, cfg)
 				}
 			})
@@ -302,7 +305,7 @@ func checkFilter(t *testing.T, tc envoyCase, h *hcmv3.HttpFilter, clusters map[s
 		if err := h.GetTypedConfig().UnmarshalTo(&w); err != nil {
 			t.Fatalf("%s: filter gpuroute is not a Wasm filter: %v", tc.file, err)
 		}
-		return checkPlugin(t, tc.file+": filter gpuroute", w.GetConfig())
+		return checkFilterPlugin(t, tc.file+": filter gpuroute", w.GetConfig())
 	}
 	cd := h.GetConfigDiscovery()
 	if cd == nil {
@@ -327,7 +330,80 @@ func checkFilter(t *testing.T, tc envoyCase, h *hcmv3.HttpFilter, clusters map[s
 	if err := ext.GetTypedConfig().UnmarshalTo(&w); err != nil {
 		t.Fatalf("%s: typed_config is not a Wasm filter: %v", tc.ecds, err)
 	}
-	return checkPlugin(t, tc.ecds, w.GetConfig())
+	return checkFilterPlugin(t, tc.ecds, w.GetConfig())
+}
+
+// checkFilterPlugin is checkPlugin for the HTTP filter, which must also
+// let the plugin pause the headers (checkHeadersPause).
+func checkFilterPlugin(t *testing.T, where string, pc *wasmv3.PluginConfig) *config.Config {
+	t.Helper()
+	checkHeadersPause(t, where, pc)
+	return checkPlugin(t, where, pc)
+}
+
+// checkHeadersPause: gpuroute reads the body before it routes, and without
+// allow_on_headers_stop_iteration Envoy answers the headers' pause with
+// StopAllIteration, which keeps the body from the plugin until it
+// continues, so the request hangs.
+func checkHeadersPause(t *testing.T, where string, pc *wasmv3.PluginConfig) {
+	t.Helper()
+	if a := pc.GetAllowOnHeadersStopIteration(); !a.GetValue() {
+		t.Errorf("%s: allow_on_headers_stop_iteration = %v, want true (else Envoy withholds the body and every request hangs)", where, a)
+	}
+}
+
+// Envoy's defaults for the timeouts a held request lives under
+// (http_connection_manager.proto stream_idle_timeout; route_components.proto
+// RouteAction.timeout).
+const (
+	defaultStreamIdleTimeout = 5 * time.Minute
+	defaultRouteTimeout      = 15 * time.Second
+)
+
+// longestHold is how long flow control may hold one request of cfg: the
+// longest max_queue_ms of its bands, 0 with flow control off.
+func longestHold(cfg *config.Config) time.Duration {
+	if !cfg.Flow.Enabled {
+		return 0
+	}
+	var d time.Duration
+	for _, b := range cfg.Flow.Bands {
+		d = max(d, time.Duration(b.MaxQueueSec*float64(time.Second)))
+	}
+	return d
+}
+
+// checkHeldTimeouts holds the connection manager running gpuroute to the
+// timeouts a held request lives under. Nothing moves on its stream while
+// it is held, so stream_idle_timeout (and a route's idle_timeout, which
+// overrides it) must outlast the longest hold, or Envoy answers 408. The
+// route timeout starts when the router has the whole request, after the
+// hold, and ends with the response: it must be set, since the 15 s default
+// cuts streamed answers, to 0 (off) or to more than the longest hold.
+func checkHeldTimeouts(t *testing.T, where string, hcm *hcmv3.HttpConnectionManager, cfg *config.Config) {
+	t.Helper()
+	hold := longestHold(cfg)
+	tooShort := func(d time.Duration) bool { return d != 0 && d <= hold }
+	idle := defaultStreamIdleTimeout
+	if d := hcm.GetStreamIdleTimeout(); d != nil {
+		idle = d.AsDuration()
+	}
+	if tooShort(idle) {
+		t.Errorf("%s: stream_idle_timeout %v, want 0 or more than the longest hold %v (max_queue_ms)", where, idle, hold)
+	}
+	for _, vh := range hcm.GetRouteConfig().GetVirtualHosts() {
+		for _, r := range vh.GetRoutes() {
+			ra := r.GetRoute()
+			if ra.GetTimeout() == nil {
+				t.Errorf("%s: route %v has no timeout, so Envoy's %v default ends streamed answers; want 0s or an explicit bound", where, r.GetMatch(), defaultRouteTimeout)
+			} else if d := ra.GetTimeout().AsDuration(); tooShort(d) {
+				t.Errorf("%s: route %v timeout %v, want 0 or more than the longest hold %v", where, r.GetMatch(), d, hold)
+			}
+			if it := ra.GetIdleTimeout(); it != nil && tooShort(it.AsDuration()) {
+				t.Errorf("%s: route %v idle_timeout %v, want 0 or more than the longest hold %v", where, r.GetMatch(), it.AsDuration(), hold)
+			}
+		}
+	}
 }
 
 // checkDestination holds the route's cluster to the way the plugin names the
@@ -384,7 +460,8 @@ func checkDestination(t *testing.T, tc envoyCase, c *clusterv3.Cluster, cfg *con
 }
 
 // istioFiles are the Istio examples; each holds one or more YAML documents.
-var istioFiles = []string{"wasmplugin-oci.yaml", "wasmplugin-file.yaml", "replicas.yaml", "envoyfilter-original-dst.yaml", "gateway-peers.yaml"}
+var istioFiles = []string{"envoyfilter-gpuroute-oci.yaml", "envoyfilter-gpuroute-file.yaml", "replicas.yaml",
+	"envoyfilter-original-dst.yaml", "envoyfilter-stream-idle.yaml", "gateway-peers.yaml"}
 
 // istioObject is one Kubernetes object; unknown top-level keys are an error.
 type istioObject struct {
@@ -456,8 +533,12 @@ func istioDoc(t *testing.T, where string, doc []byte) (istioObject, proto.Messag
 func TestIstioExamples(t *testing.T) {
 	// Cluster names Istio builds for the ServiceEntries: outbound|port||host.
 	istioClusters := map[string]bool{}
-	var plugins []*extensionsv1alpha1.WasmPlugin
-	var filters []*networkingv1alpha3.EnvoyFilter
+	type envoyFilter struct {
+		where string
+		spec  *networkingv1alpha3.EnvoyFilter
+	}
+	var filters []envoyFilter
+	var routes []*networkingv1.HTTPRoute
 	for _, file := range istioFiles {
 		raw, err := os.ReadFile(filepath.Join("istio", file))
 		if err != nil {
@@ -468,9 +549,11 @@ func TestIstioExamples(t *testing.T) {
 			_, spec := istioDoc(t, where, doc)
 			switch s := spec.(type) {
 			case *extensionsv1alpha1.WasmPlugin:
-				plugins = append(plugins, s)
+				t.Errorf("%s: a WasmPlugin cannot set allow_on_headers_stop_iteration, so its requests hang; define the filter with an EnvoyFilter", where)
 			case *networkingv1alpha3.EnvoyFilter:
-				filters = append(filters, s)
+				filters = append(filters, envoyFilter{where, s})
+			case *networkingv1.VirtualService:
+				routes = append(routes, s.GetHttp()...)
 			case *networkingv1.ServiceEntry:
 				for _, h := range s.GetHosts() {
 					for _, p := range s.GetPorts() {
@@ -480,67 +563,162 @@ func TestIstioExamples(t *testing.T) {
 			}
 		}
 	}
-	if len(plugins) != 2 {
-		t.Fatalf("%d WasmPlugins, want 2 (oci and file)", len(plugins))
-	}
-	for _, p := range plugins {
-		if !strings.HasPrefix(p.GetUrl(), "oci://") && p.GetUrl() != "file://"+modulePath {
-			t.Errorf("WasmPlugin url %q, want oci://… or file://%s", p.GetUrl(), modulePath)
-		}
-		if p.GetFailStrategy() != extensionsv1alpha1.FailStrategy_FAIL_CLOSE {
-			t.Errorf("WasmPlugin %s: failStrategy %v, want FAIL_CLOSE", p.GetUrl(), p.GetFailStrategy())
-		}
-		// istiod hands Envoy protojson of the Struct as the filter's
-		// StringValue (istio pilot/pkg/model/extensions.go buildPluginConfig).
-		js, err := protojson.Marshal(p.GetPluginConfig())
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := config.Parse(js)
-		if err != nil {
-			t.Fatalf("WasmPlugin %s: config.Parse(pluginConfig %s) = %v, want nil", p.GetUrl(), js, err)
-		}
-		if cfg.Fallbacks != 0 {
-			t.Errorf("WasmPlugin %s: fallbacks %d with an ORIGINAL_DST cluster, want 0", p.GetUrl(), cfg.Fallbacks)
-		}
-		for _, r := range cfg.Replicas {
-			if !istioClusters[r.MetricsCluster] {
-				t.Errorf("WasmPlugin %s: replica %s metrics_cluster %q is no cluster a ServiceEntry here creates", p.GetUrl(), r.Name, r.MetricsCluster)
-			}
-		}
-		for _, peer := range cfg.PeerExchange.Peers {
-			if !istioClusters[peer.Cluster] {
-				t.Errorf("WasmPlugin %s: peer %s cluster %q is no cluster a ServiceEntry here creates", p.GetUrl(), peer.Name, peer.Cluster)
-			}
-		}
-	}
-	if len(filters) == 0 {
-		t.Fatal("no EnvoyFilter")
-	}
+	var cfgs []*config.Config
+	var hcms []*hcmv3.HttpConnectionManager
+	added, asked := map[string]bool{}, map[string]bool{}
 	for _, f := range filters {
-		for _, cp := range f.GetConfigPatches() {
-			if cp.GetApplyTo() != networkingv1alpha3.EnvoyFilter_CLUSTER {
-				t.Fatalf("EnvoyFilter patch applies to %v, want CLUSTER", cp.GetApplyTo())
-			}
-			name := cp.GetMatch().GetCluster().GetName()
-			if !istioClusters[name] {
-				t.Errorf("EnvoyFilter patches cluster %q, which no ServiceEntry here creates", name)
-			}
-			// The patch value is an Envoy Cluster fragment: it must unmarshal
-			// into the real type (a MERGE fragment lacks required fields such
-			// as name, so it is not validated as a whole cluster).
-			var c clusterv3.Cluster
+		for i, cp := range f.spec.GetConfigPatches() {
+			where := f.where + ": patch " + strconv.Itoa(i) + " (" + cp.GetApplyTo().String() + ")"
 			js, err := protojson.Marshal(cp.GetPatch().GetValue())
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := strict.Unmarshal(js, &c); err != nil {
-				t.Fatalf("EnvoyFilter patch value %s is not an Envoy Cluster: %v", js, err)
-			}
-			od := c.GetOriginalDstLbConfig()
-			if !od.GetUseHttpHeader() || od.GetHttpHeaderName() != destinationHeader || c.GetLbPolicy() != clusterv3.Cluster_CLUSTER_PROVIDED {
-				t.Errorf("EnvoyFilter patch %s does not make the cluster read %s", js, destinationHeader)
+			switch cp.GetApplyTo() {
+			case networkingv1alpha3.EnvoyFilter_CLUSTER:
+				checkClusterPatch(t, cp, js, istioClusters)
+			case networkingv1alpha3.EnvoyFilter_EXTENSION_CONFIG:
+				name, cfg := checkExtensionPatch(t, where, cp, js)
+				added[name] = true
+				cfgs = append(cfgs, cfg)
+			case networkingv1alpha3.EnvoyFilter_HTTP_FILTER:
+				asked[checkHTTPFilterPatch(t, where, cp, js)] = true
+			case networkingv1alpha3.EnvoyFilter_NETWORK_FILTER:
+				hcms = append(hcms, checkHCMPatch(t, where, cp, js))
+			default:
+				t.Errorf("%s: unexpected applyTo", where)
 			}
 		}
 	}
+	if len(cfgs) != 2 {
+		t.Fatalf("%d gpuroute extension configs, want 2 (oci and file)", len(cfgs))
+	}
+	if len(added) != 1 || !maps.Equal(added, asked) {
+		t.Errorf("extension configs %v, HTTP filters asking for %v; want the one name both", slices.Sorted(maps.Keys(added)), slices.Sorted(maps.Keys(asked)))
+	}
+	if len(hcms) == 0 {
+		t.Error("no EnvoyFilter sets the gateway's stream_idle_timeout")
+	}
+	if len(routes) == 0 {
+		t.Error("no VirtualService route")
+	}
+	for _, cfg := range cfgs {
+		if cfg.Fallbacks != 0 {
+			t.Errorf("fallbacks %d with an ORIGINAL_DST cluster, want 0", cfg.Fallbacks)
+		}
+		for _, r := range cfg.Replicas {
+			if !istioClusters[r.MetricsCluster] {
+				t.Errorf("replica %s metrics_cluster %q is no cluster a ServiceEntry here creates", r.Name, r.MetricsCluster)
+			}
+		}
+		for _, peer := range cfg.PeerExchange.Peers {
+			if !istioClusters[peer.Cluster] {
+				t.Errorf("peer %s cluster %q is no cluster a ServiceEntry here creates", peer.Name, peer.Cluster)
+			}
+		}
+		for _, hcm := range hcms {
+			checkHeldTimeouts(t, "EnvoyFilter HttpConnectionManager patch", hcm, cfg)
+		}
+		// Istio's route timeout is the VirtualService's (its default, 0,
+		// is off); it must not cut a streamed answer.
+		for _, r := range routes {
+			if d := r.GetTimeout(); d == nil || (d.AsDuration() != 0 && d.AsDuration() <= longestHold(cfg)) {
+				t.Errorf("VirtualService route %s timeout %v, want 0s, stated", r.GetName(), d)
+			}
+		}
+	}
+}
+
+// checkClusterPatch: the patch value is an Envoy Cluster fragment that makes
+// a cluster a ServiceEntry here creates read the destination header. A
+// MERGE fragment lacks required fields such as name, so it is not
+// validated as a whole cluster.
+func checkClusterPatch(t *testing.T, cp *networkingv1alpha3.EnvoyFilter_EnvoyConfigObjectPatch, js []byte, istioClusters map[string]bool) {
+	t.Helper()
+	name := cp.GetMatch().GetCluster().GetName()
+	if !istioClusters[name] {
+		t.Errorf("EnvoyFilter patches cluster %q, which no ServiceEntry here creates", name)
+	}
+	var c clusterv3.Cluster
+	if err := strict.Unmarshal(js, &c); err != nil {
+		t.Fatalf("EnvoyFilter patch value %s is not an Envoy Cluster: %v", js, err)
+	}
+	od := c.GetOriginalDstLbConfig()
+	if !od.GetUseHttpHeader() || od.GetHttpHeaderName() != destinationHeader || c.GetLbPolicy() != clusterv3.Cluster_CLUSTER_PROVIDED {
+		t.Errorf("EnvoyFilter patch %s does not make the cluster read %s", js, destinationHeader)
+	}
+}
+
+// checkExtensionPatch checks the gpuroute filter an EnvoyFilter ADDs as an
+// ECDS resource (istiod applies no other operation to EXTENSION_CONFIG) and
+// returns its name and parsed plugin configuration. The module is the local
+// file of the Envoy examples or an oci:// image: istio-agent pulls that and
+// hands Envoy the resource with the file it wrote instead (istio pkg/wasm),
+// so that form is the one validated here; it never reaches Envoy with the
+// remote source, which would need a sha256.
+func checkExtensionPatch(t *testing.T, where string, cp *networkingv1alpha3.EnvoyFilter_EnvoyConfigObjectPatch, js []byte) (string, *config.Config) {
+	t.Helper()
+	if cp.GetPatch().GetOperation() != networkingv1alpha3.EnvoyFilter_Patch_ADD {
+		t.Errorf("%s: operation %v, want ADD, the only one istiod applies to extension configs", where, cp.GetPatch().GetOperation())
+	}
+	var ext corev3.TypedExtensionConfig
+	if err := strict.Unmarshal(js, &ext); err != nil {
+		t.Fatalf("%s: value is not a TypedExtensionConfig: %v", where, err)
+	}
+	var w wasmfilterv3.Wasm
+	if err := ext.GetTypedConfig().UnmarshalTo(&w); err != nil {
+		t.Fatalf("%s: typed_config is not a Wasm filter: %v", where, err)
+	}
+	if remote := w.GetConfig().GetVmConfig().GetCode().GetRemote(); remote != nil {
+		if uri := remote.GetHttpUri().GetUri(); !strings.HasPrefix(uri, "oci://") {
+			t.Errorf("%s: module %q, want an oci:// image", where, uri)
+		}
+		w.GetConfig().GetVmConfig().Code = &corev3.AsyncDataSource{Specifier: &corev3.AsyncDataSource_Local{
+			Local: &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: modulePath}}}}
+		var err error
+		if ext.TypedConfig, err = anypb.New(&w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	validateDeep(t, where, &ext)
+	return ext.GetName(), checkFilterPlugin(t, where, w.GetConfig())
+}
+
+// checkHTTPFilterPatch checks the HTTP filter an EnvoyFilter inserts just
+// before the gateway's router, asking ECDS (istiod, over ADS) for its
+// configuration, and returns the name it asks for.
+func checkHTTPFilterPatch(t *testing.T, where string, cp *networkingv1alpha3.EnvoyFilter_EnvoyConfigObjectPatch, js []byte) string {
+	t.Helper()
+	m := cp.GetMatch()
+	if m.GetContext() != networkingv1alpha3.EnvoyFilter_GATEWAY || cp.GetPatch().GetOperation() != networkingv1alpha3.EnvoyFilter_Patch_INSERT_BEFORE ||
+		m.GetListener().GetFilterChain().GetFilter().GetSubFilter().GetName() != "envoy.filters.http.router" {
+		t.Errorf("%s: want INSERT_BEFORE the router of the GATEWAY's listeners", where)
+	}
+	var h hcmv3.HttpFilter
+	if err := strict.Unmarshal(js, &h); err != nil {
+		t.Fatalf("%s: value is not an HttpFilter: %v", where, err)
+	}
+	validateDeep(t, where, &h)
+	cd := h.GetConfigDiscovery()
+	if cd.GetConfigSource().GetAds() == nil || !slices.Contains(cd.GetTypeUrls(), wasmTypeURL) {
+		t.Errorf("%s: config_discovery %v, want ADS and type %s", where, cd, wasmTypeURL)
+	}
+	return h.GetName()
+}
+
+// checkHCMPatch returns the HttpConnectionManager fragment an EnvoyFilter
+// merges into the gateway's listeners.
+func checkHCMPatch(t *testing.T, where string, cp *networkingv1alpha3.EnvoyFilter_EnvoyConfigObjectPatch, js []byte) *hcmv3.HttpConnectionManager {
+	t.Helper()
+	if cp.GetMatch().GetContext() != networkingv1alpha3.EnvoyFilter_GATEWAY || cp.GetPatch().GetOperation() != networkingv1alpha3.EnvoyFilter_Patch_MERGE {
+		t.Errorf("%s: want a MERGE into the GATEWAY's listeners", where)
+	}
+	var nf listenerv3.Filter
+	if err := strict.Unmarshal(js, &nf); err != nil {
+		t.Fatalf("%s: value is not a network Filter: %v", where, err)
+	}
+	var hcm hcmv3.HttpConnectionManager
+	if err := nf.GetTypedConfig().UnmarshalTo(&hcm); err != nil {
+		t.Fatalf("%s: typed_config is not an HttpConnectionManager: %v", where, err)
+	}
+	return &hcm
 }

@@ -575,6 +575,8 @@ func TestKubernetesEnvoy(t *testing.T) {
 	if w.GetConfig().GetFailurePolicy() != wasmv3.FailurePolicy_FAIL_CLOSED || w.GetConfig().GetVmConfig().GetVmId() != vmID {
 		t.Errorf("filter failure_policy %v vm_id %q, want FAIL_CLOSED and %q", w.GetConfig().GetFailurePolicy(), w.GetConfig().GetVmConfig().GetVmId(), vmID)
 	}
+	// The server turns it on anyway; the template says so to its reader.
+	checkHeadersPause(t, "filter template", w.GetConfig())
 
 	// The controller serves what the plugin accepts, asking only what RBAC
 	// grants.
@@ -658,6 +660,7 @@ func TestKubernetesEnvoy(t *testing.T) {
 				continue
 			}
 			filters++
+			checkHeldTimeouts(t, "gateway bootstrap: listener "+l.GetName(), hcm, cfg)
 			cd := h.GetConfigDiscovery()
 			if !slices.Contains(cd.GetTypeUrls(), ecds.WasmTypeURL) {
 				t.Errorf("filter %s: config_discovery type_urls %v lack %s", h.GetName(), cd.GetTypeUrls(), ecds.WasmTypeURL)

@@ -5,7 +5,8 @@
 // type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm); the
 // server answers with a TypedExtensionConfig named like the filter: the
 // template the operator wrote, its plugin configuration's replica list
-// replaced by the fleet's.
+// replaced by the fleet's and allow_on_headers_stop_iteration on (without
+// it Envoy never hands gpuroute the request body it routes on).
 //
 //	srv, err := ecds.New(template, logger) // template: a TypedExtensionConfig (YAML or JSON)
 //	go srv.Serve(listener)                  // gRPC, ExtensionConfigDiscoveryService
@@ -96,12 +97,9 @@ func ParseTemplate(data []byte) (*corev3.TypedExtensionConfig, error) {
 // Configuration returns the plugin configuration of a template: the
 // filter's StringValue, or nil if it has none.
 func Configuration(ext *corev3.TypedExtensionConfig) ([]byte, error) {
-	var w wasmfilterv3.Wasm
-	if err := ext.GetTypedConfig().UnmarshalTo(&w); err != nil {
-		return nil, errors.New("ecds: template typed_config: " + err.Error())
-	}
-	if w.GetConfig() == nil {
-		return nil, errors.New("ecds: template's Wasm filter has no config (vm_config, configuration)")
+	w, err := wasmFilter(ext)
+	if err != nil {
+		return nil, err
 	}
 	c := w.GetConfig().GetConfiguration()
 	if c == nil {
@@ -196,22 +194,46 @@ func (s *Server) Publish(_ context.Context, rs []pool.Replica) error {
 	return nil
 }
 
-// resource is the template with cfg as its plugin configuration.
+// resource is the template with cfg as its plugin configuration and
+// allow_on_headers_stop_iteration on, which a template need not spell out
+// (TestServe serves a template without it).
 func (s *Server) resource(cfg []byte) (*corev3.TypedExtensionConfig, error) {
 	ext := proto.Clone(s.template).(*corev3.TypedExtensionConfig)
-	var w wasmfilterv3.Wasm
-	if err := ext.GetTypedConfig().UnmarshalTo(&w); err != nil {
-		return nil, errors.New("ecds: " + err.Error())
+	w, err := wasmFilter(ext)
+	if err != nil {
+		return nil, err
 	}
 	c, err := anypb.New(wrapperspb.String(string(cfg)))
 	if err != nil {
 		return nil, errors.New("ecds: " + err.Error())
 	}
 	w.Config.Configuration = c
-	if ext.TypedConfig, err = anypb.New(&w); err != nil {
+	w.Config.AllowOnHeadersStopIteration = wrapperspb.Bool(true)
+	if ext.TypedConfig, err = anypb.New(w); err != nil {
 		return nil, errors.New("ecds: " + err.Error())
 	}
 	return ext, nil
+}
+
+// wasmFilter unpacks a template's Wasm filter. gpuroute pauses the request
+// headers until it has read the body; Envoy turns that pause into
+// StopAllIteration, which withholds the body from the plugin, unless the
+// filter sets allow_on_headers_stop_iteration (Envoy 1.35 and later), so a
+// template that turns it off is refused rather than served to hang every
+// request (TestParseTemplate).
+func wasmFilter(ext *corev3.TypedExtensionConfig) (*wasmfilterv3.Wasm, error) {
+	var w wasmfilterv3.Wasm
+	if err := ext.GetTypedConfig().UnmarshalTo(&w); err != nil {
+		return nil, errors.New("ecds: template typed_config: " + err.Error())
+	}
+	if w.GetConfig() == nil {
+		return nil, errors.New("ecds: template's Wasm filter has no config (vm_config, configuration)")
+	}
+	if a := w.GetConfig().GetAllowOnHeadersStopIteration(); a != nil && !a.GetValue() {
+		return nil, errors.New("ecds: template's allow_on_headers_stop_iteration is false; gpuroute needs it true " +
+			"(without it Envoy withholds the request body the plugin routes on)")
+	}
+	return &w, nil
 }
 
 // String names the destination in logs.

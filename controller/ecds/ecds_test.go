@@ -106,6 +106,10 @@ func (e *envoy) receive() (*config.Config, string, string) {
 	if ext.GetName() != "gpuroute" || w.GetConfig().GetVmConfig().GetVmId() != "gpuroute" {
 		e.t.Errorf("resource %q vm_id %q, want the template's gpuroute and gpuroute", ext.GetName(), w.GetConfig().GetVmConfig().GetVmId())
 	}
+	// The template leaves it out; the plugin cannot route without it.
+	if a := w.GetConfig().GetAllowOnHeadersStopIteration(); !a.GetValue() {
+		e.t.Errorf("served allow_on_headers_stop_iteration = %v, want true", a)
+	}
 	cfg, err := config.Parse([]byte(s.GetValue()))
 	if err != nil {
 		e.t.Fatalf("config.Parse(served configuration) = %v\n%s", err, s.GetValue())
@@ -206,6 +210,8 @@ func TestParseTemplate(t *testing.T) {
 			want: "ecds: template's Wasm filter has no config (vm_config, configuration)"},
 		{name: "configuration not a string", in: "name: gpuroute\ntyped_config: {\"@type\": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm, config: {configuration: {\"@type\": type.googleapis.com/google.protobuf.Int64Value, value: 5}}}",
 			want: "ecds: template's plugin configuration must be a google.protobuf.StringValue, got type.googleapis.com/google.protobuf.Int64Value"},
+		{name: "headers stop iteration off", in: "name: gpuroute\ntyped_config: {\"@type\": type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm, config: {allow_on_headers_stop_iteration: false}}",
+			want: "ecds: template's allow_on_headers_stop_iteration is false; gpuroute needs it true (without it Envoy withholds the request body the plugin routes on)"},
 		{name: "unknown field", in: "name: gpuroute\nconfig: {}",
 			want: "ecds: template is not a TypedExtensionConfig: "},
 	}
