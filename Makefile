@@ -54,9 +54,14 @@ e2e-browser: wasm ## the gateway's fleet page in headless Chromium under load, w
 # on the same simulated replicas, two runs each, fresh replicas per run. In
 # real time: the plugin prices its costs in real seconds, so replicas run
 # faster than the modelled GPUs (--time-scale below 1) mislead it.
+# The gateway runs as its own process, as the peers do, not inside the bench's.
 LOAD_BENCH_ARGS ?= --workload few-prefixes,shared-prefix --runs 2 --time-scale 1
-load-bench: wasm ## gateway vs round-robin and least-request over real HTTP (build/load-bench.*)
-	$(GO) run ./hostsim/cmd/gpuroute-load bench $(LOAD_BENCH_ARGS) --json build/load-bench.json --out build/load-bench.txt
+GATEWAY_BIN     := build/gpuroute-gateway
+BENCH_GATEWAY   := --gateway-command '$(GATEWAY_BIN) --listen 127.0.0.1:{port} --wasm $(WASM) --workers 2 --plugin-config {config} --fleet-path -'
+$(GATEWAY_BIN): FORCE
+	$(GO) build -o $@ ./hostsim/cmd/gpuroute-gateway
+load-bench: wasm $(GATEWAY_BIN) ## gateway vs round-robin and least-request over real HTTP (build/load-bench.*)
+	$(GO) run ./hostsim/cmd/gpuroute-load bench $(LOAD_BENCH_ARGS) $(BENCH_GATEWAY) --json build/load-bench.json --out build/load-bench.txt
 
 # The real peer routers from PyPI (pinned in hostsim/peersbench/requirements.txt,
 # installed into build/peers-venv) beside gpuroute's gateway and the two
@@ -70,9 +75,9 @@ $(PEERS_VENV)/.installed: $(PEERS_REQ)
 	$(PEERS_VENV)/bin/pip install -q -r $(PEERS_REQ)
 	touch $@
 
-peers-bench: wasm $(PEERS_VENV)/.installed ## SGLang's and vLLM's routers from PyPI beside gpuroute on the same replicas (opt-in; build/peers-bench.*)
+peers-bench: wasm $(GATEWAY_BIN) $(PEERS_VENV)/.installed ## SGLang's and vLLM's routers from PyPI beside gpuroute on the same replicas (opt-in; build/peers-bench.*)
 	@$(PEERS_VENV)/bin/pip freeze | grep -E '^(sglang-router|vllm-router|inference-perf)==' > build/peers-bench.versions; cat build/peers-bench.versions
-	$(GO) run ./hostsim/cmd/gpuroute-load bench $(LOAD_BENCH_ARGS) --json build/peers-bench.json --out build/peers-bench.txt \
+	$(GO) run ./hostsim/cmd/gpuroute-load bench $(LOAD_BENCH_ARGS) $(BENCH_GATEWAY) --json build/peers-bench.json --out build/peers-bench.txt \
 	  --peer 'sglang=$(PEERS_VENV)/bin/python -m sglang_router.launch_router --host 127.0.0.1 --port {port} --worker-startup-check-interval 1 --worker-urls {workers}' \
 	  --peer 'vllm-router=$(PEERS_VENV)/bin/vllm-router --host 127.0.0.1 --port {port} --worker-startup-check-interval 1 --worker-urls {workers}'
 

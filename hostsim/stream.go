@@ -272,6 +272,20 @@ func (s *Stream) ResponseBodyForwarded() []byte {
 	return append([]byte(nil), s.resp.body.forwarded...)
 }
 
+// ResponseBodyForwardedFrom returns the part of ResponseBodyForwarded from
+// byte off on (nil when there is none), copying only that part: a proxy
+// that writes each streamed chunk downstream as it passes asks for the
+// bytes past those it wrote, at a cost of the chunk rather than of the body
+// so far (TestResponseBodyForwardedFrom).
+func (s *Stream) ResponseBodyForwardedFrom(off int) []byte {
+	defer s.lock()()
+	fwd := s.resp.body.forwarded
+	if off < 0 || off >= len(fwd) {
+		return nil
+	}
+	return append([]byte(nil), fwd[off:]...)
+}
+
 // LocalReply returns the local reply the guest sent, or nil.
 func (s *Stream) LocalReply() *LocalReply {
 	defer s.lock()()

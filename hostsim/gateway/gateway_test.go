@@ -327,41 +327,77 @@ func TestGatewayClockFollowsWallTime(t *testing.T) {
 	}
 }
 
-// BenchmarkGatewayRequest measures one non-streamed completion through the
-// gateway (plugin callbacks, upstream hop, response callbacks) against the
-// same request sent to the replica directly, over loopback.
-func BenchmarkGatewayRequest(b *testing.B) {
-	rep := NewReplica(ReplicaOptions{Name: "a", TimeScale: 1e-9})
+// benchGateway starts a replica running its model scale times real time
+// and a gateway in front of it, for the benchmark's lifetime, and returns
+// both base URLs.
+func benchGateway(b *testing.B, scale float64) (direct, front string) {
+	rep := NewReplica(ReplicaOptions{Name: "a", TimeScale: scale})
+	b.Cleanup(rep.Close)
 	rs, err := Serve("127.0.0.1:0", rep)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer rs.Close()
+	b.Cleanup(func() { rs.Close() })
 	cfg, _ := PluginConfig([]ReplicaSpec{{Name: "a", Address: rs.Addr}}, ConfigOptions{TickMillis: 100})
 	gw, err := New(context.Background(), Options{WASM: readWASM(b), Workers: 2, PluginConfig: cfg})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer gw.Close()
+	b.Cleanup(func() { gw.Close() })
 	gs, err := Serve("127.0.0.1:0", gw)
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer gs.Close()
+	b.Cleanup(func() { gs.Close() })
+	return rs.URL(), gs.URL()
+}
+
+// benchPost sends a chat completion to base and reads the whole answer;
+// it returns the answer's length.
+func benchPost(b *testing.B, base, body string) int64 {
+	resp, err := http.Post(base+PathChatCompletions, "application/json", strings.NewReader(body))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	n, _ := io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != 200 {
+		b.Fatalf("status %d", resp.StatusCode)
+	}
+	return n
+}
+
+// BenchmarkGatewayRequest measures one non-streamed completion through the
+// gateway (plugin callbacks, upstream hop, response callbacks) against the
+// same request sent to the replica directly, over loopback.
+func BenchmarkGatewayRequest(b *testing.B) {
+	direct, front := benchGateway(b, 1e-9)
 	body := `{"model":"` + testModel + `","messages":[{"role":"user","content":"` + strings.Repeat("hello ", 200) + `"}],"max_tokens":4}`
-	for _, bc := range []struct{ name, url string }{{"direct", rs.URL()}, {"gateway", gs.URL()}} {
+	for _, bc := range []struct{ name, url string }{{"direct", direct}, {"gateway", front}} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				resp, err := http.Post(bc.url+PathChatCompletions, "application/json", strings.NewReader(body))
-				if err != nil {
-					b.Fatal(err)
-				}
-				_, _ = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != 200 {
-					b.Fatalf("status %d", resp.StatusCode)
-				}
+				benchPost(b, bc.url, body)
+			}
+		})
+	}
+}
+
+// BenchmarkGatewayStream measures a stream of 1,000 tokens through the
+// gateway against the same stream from the replica directly. The replica
+// paces its tokens (a hundredth of an H100's decode step each), so they
+// arrive as separate chunks, each of which passes the plugin and goes
+// downstream as it comes: the gateway's bytes per stream must stay within
+// a small multiple of the direct ones, not grow with the square of the
+// stream's length.
+func BenchmarkGatewayStream(b *testing.B) {
+	direct, front := benchGateway(b, 0.01)
+	body := `{"model":"` + testModel + `","messages":[{"role":"user","content":"hello"}],"max_tokens":1000,"stream":true}`
+	for _, bc := range []struct{ name, url string }{{"direct", direct}, {"gateway", front}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				b.ReportMetric(float64(benchPost(b, bc.url, body)), "body-bytes")
 			}
 		})
 	}

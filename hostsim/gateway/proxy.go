@@ -311,12 +311,11 @@ func (p *proxied) respond(status int, header http.Header, body io.Reader, conten
 			}
 			sendHeaders()
 			if headersSent {
-				fwd := s.ResponseBodyForwarded()
-				if len(fwd) > sent {
-					if _, err := p.w.Write(fwd[sent:]); err != nil {
+				if fwd := s.ResponseBodyForwardedFrom(sent); len(fwd) > 0 {
+					if _, err := p.w.Write(fwd); err != nil {
 						return err
 					}
-					sent = len(fwd)
+					sent += len(fwd)
 				}
 				if flusher != nil {
 					flusher.Flush()

@@ -59,6 +59,13 @@ type BenchOptions struct {
 	Peers   []Peer
 	WASM    []byte
 	Workers int
+	// GatewayCommand, if set, runs TargetGPURoute as a process (a Peer
+	// command, where "{config}" is also replaced by the plugin
+	// configuration file the bench writes) instead of in the bench's own
+	// process, where the gateway would share the Go scheduler and the
+	// garbage collector with the replicas and the load generator while
+	// every peer runs on its own.
+	GatewayCommand []string
 	// TickMillis is the gateway's tick_ms (default 100 × TimeScale: the
 	// local gateway's 100 ms in the replicas' time).
 	TickMillis int
@@ -160,6 +167,15 @@ func benchOne(ctx context.Context, w *fleetsim.Workload, seed int64, o *BenchOpt
 		if err != nil {
 			return nil, err
 		}
+		if len(o.GatewayCommand) > 0 {
+			base, stop, err := startGateway(ctx, o.GatewayCommand, cfg, urls, o.StartTimeout)
+			if err != nil {
+				return nil, err
+			}
+			defer stop()
+			front = base
+			break
+		}
 		gw, err := gateway.New(ctx, gateway.Options{WASM: o.WASM, Workers: max(o.Workers, 1), PluginConfig: cfg, PluginLogLevel: hostsim.LogWarn})
 		if err != nil {
 			return nil, err
@@ -186,6 +202,33 @@ func benchOne(ctx context.Context, w *fleetsim.Workload, seed int64, o *BenchOpt
 	lo := o.Load
 	lo.URL, lo.Label, lo.TimeScale, lo.MetricsURLs = front, name, o.TimeScale, metrics
 	return Run(ctx, w, seed, lo)
+}
+
+// startGateway writes cfg to a temporary file and runs command as a peer
+// with "{config}" naming that file.
+func startGateway(ctx context.Context, command []string, cfg []byte, workers []string, timeout time.Duration) (string, func(), error) {
+	f, err := os.CreateTemp("", "gpuroute-bench-*.json")
+	if err != nil {
+		return "", nil, err
+	}
+	_, err = f.Write(cfg)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return "", nil, errors.New("loadgen: write the gateway's plugin configuration: " + err.Error())
+	}
+	words := make([]string, len(command))
+	for i, w := range command {
+		words[i] = strings.ReplaceAll(w, "{config}", f.Name())
+	}
+	base, stop, err := startPeer(ctx, Peer{Name: TargetGPURoute, Command: words}, workers, timeout)
+	if err != nil {
+		os.Remove(f.Name())
+		return "", nil, err
+	}
+	return base, func() { stop(); os.Remove(f.Name()) }, nil
 }
 
 // startPeer runs p on a free port in front of workers and waits until it

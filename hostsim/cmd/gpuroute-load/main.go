@@ -180,6 +180,7 @@ func bench(ctx context.Context, args []string) error {
 	fs.IntVar(&o.TickMillis, "tick-ms", 0, "gpuroute gateway tick_ms (default: 100 ms in the replicas' time, 100 × --time-scale)")
 	targets := fs.String("targets", "gpuroute,round-robin,least-request", "in-process targets")
 	wasmPath := fs.String("wasm", "build/gpuroute.wasm", "plugin module for the gpuroute target")
+	gatewayCmd := fs.String("gateway-command", "", `run the gpuroute target as this process ("{port}", "{config}": the plugin configuration file), e.g. 'build/gpuroute-gateway --listen 127.0.0.1:{port} --plugin-config {config}' (default: in process)`)
 	jsonPath := fs.String("json", "", "write the pooled reports as JSON to this file")
 	outPath := fs.String("out", "", "also write the tables to this file")
 	var peers listFlag
@@ -199,7 +200,8 @@ func bench(ctx context.Context, args []string) error {
 		}
 		o.Peers = append(o.Peers, p)
 	}
-	if len(o.Targets) > 0 && o.Targets[0] == loadgen.TargetGPURoute {
+	o.GatewayCommand = strings.Fields(*gatewayCmd)
+	if len(o.Targets) > 0 && o.Targets[0] == loadgen.TargetGPURoute && len(o.GatewayCommand) == 0 {
 		b, err := os.ReadFile(*wasmPath)
 		if err != nil {
 			return errors.New("read module (build it with `make wasm`): " + err.Error())
