@@ -11,6 +11,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -65,8 +66,6 @@ func (r renamed) Name() string { return r.name }
 // kvcache-ai/Mooncake FAST25-release/traces/conversation_trace.jsonl).
 const demoTrace = "testdata/traces/mooncake_fast25_conversation_trace_first2000.jsonl"
 
-var demoWorkloads = []string{"shared-prefix", "lora", "bimodal", "drain", "few-prefixes"}
-
 type options struct {
 	workload, trace, hardware, engine, policies, jsonPath, reportPath, wasm string
 	limit, replicas, workers, gateways, parallel, seeds                     int
@@ -98,8 +97,8 @@ func run(args []string) error {
 	fs.IntVar(&o.gateways, "gateways", 1, "gateway instances the wasm policy emulates")
 	fs.BoolVar(&o.isolated, "isolated-gateways", false, "gateways share nothing (turns the plugin's peer exchange off)")
 	fs.Int64Var(&o.seed, "seed", 1, "seed of the workload generators and policies")
-	fs.IntVar(&o.seeds, "seeds", 0, "run each generated workload with seeds seed … seed+N-1 and pool the requests (default: "+
-		strconv.Itoa(demoSeeds)+" for the demo suite, else 1; a trace runs once)")
+	fs.IntVar(&o.seeds, "seeds", 0, "run each generated workload with seeds seed … seed+N-1 and pool the requests (default: each demo workload's own count, "+
+		"else 1; a trace runs once)")
 	fs.DurationVar(&o.duration, "duration", 0, "truncate arrivals after this much virtual time")
 	fs.StringVar(&o.jsonPath, "json", "", "write results as JSON to this file")
 	fs.StringVar(&o.reportPath, "report", "", "write the HTML report to this file (demo default: build/report.html)")
@@ -133,117 +132,65 @@ func run(args []string) error {
 			return fleetsim.Generate(name, fleetsim.WorkloadOptions{Seed: seed, Duration: o.duration})
 		}
 	}
-	seeds := max(o.seeds, 1)
 	switch {
 	case o.trace != "":
-		runs = append(runs, demoRun{load: func(int64) (*fleetsim.Workload, error) { return fleetsim.LoadTrace(o.trace, o.limit) }, once: true})
+		runs = append(runs, demoRun{load: func(int64) (*fleetsim.Workload, error) { return fleetsim.LoadTrace(o.trace, o.limit) }, seeds: 1})
 	case o.workload != "":
-		runs = append(runs, demoRun{load: generate(o.workload)})
+		runs = append(runs, demoRun{load: generate(o.workload), seeds: max(o.seeds, 1)})
 	default:
-		if o.seeds == 0 {
-			seeds = demoSeeds
-		}
-		for _, n := range demoWorkloads {
-			runs = append(runs, demoRun{load: generate(n)})
-		}
-		if p := findUp(demoTrace); p != "" {
-			runs = append(runs, demoRun{load: func(int64) (*fleetsim.Workload, error) { return fleetsim.LoadTrace(p, 0) }, once: true})
-		} else {
-			fmt.Fprintln(os.Stderr, "gpuroute-sim: demo trace", demoTrace, "not found; skipping it")
+		for _, d := range demoSuite {
+			n := d.seeds
+			if o.seeds > 0 {
+				n = o.seeds
+			}
+			if d.name == "" {
+				if p := findUp(demoTrace); p != "" {
+					runs = append(runs, demoRun{load: func(int64) (*fleetsim.Workload, error) { return fleetsim.LoadTrace(p, 0) }, seeds: 1})
+				} else {
+					fmt.Fprintln(os.Stderr, "gpuroute-sim: demo trace", demoTrace, "not found; skipping it")
+				}
+				continue
+			}
+			runs = append(runs, demoRun{load: generate(d.name), seeds: n, requests: d.name})
 		}
 		if slices.Contains(names, wasmPolicy) {
 			// The shared-prefix run again, gpuroute alone, through two
 			// gateways with and without the peer exchange.
 			sharedPrefix := generate("shared-prefix")
+			n := demoGatewaySeeds
+			if o.seeds > 0 {
+				n = o.seeds
+			}
 			runs = append(runs, demoRun{load: func(seed int64) (*fleetsim.Workload, error) {
 				w, err := sharedPrefix(seed)
 				if err == nil {
 					w.Name += ", 2 gateways x 4 workers"
 				}
 				return w, err
-			}, policies: []string{wasmPolicy, wasmTwoGateways, wasmIsolated}})
+			}, policies: []string{wasmPolicy, wasmTwoGateways, wasmIsolated}, seeds: n, requests: "shared-prefix"})
 		}
 		if o.reportPath == "" {
 			o.reportPath = "build/report.html"
 		}
 	}
 
+	start := time.Now()
+	done, err := runSuite(runs, names, o)
+	if err != nil {
+		return err
+	}
 	var reports []fleetsim.Report
 	var all []fleetsim.WorkloadResults
-	tty := isTerminal(os.Stderr)
-	for _, run := range runs {
-		policies := names
-		if run.policies != nil {
-			policies = run.policies
-		}
-		n := seeds
-		if run.once {
-			n = 1
-		}
-		start := time.Now()
-		var w *fleetsim.Workload
-		var spec string
-		var nreps, requests int
-		bySeed := make([][]*fleetsim.Result, len(policies))
-		for k := range n {
-			seed := o.seed + int64(k)
-			sw, err := run.load(seed)
-			if err != nil {
-				return err
-			}
-			if w == nil {
-				w = sw
-			}
-			requests += len(sw.Requests)
-			spec = sw.Hardware
-			if o.hardware != "" {
-				spec = o.hardware
-			}
-			reps, err := fleetsim.ParseHardware(spec, o.replicas)
-			if err != nil {
-				return err
-			}
-			nreps = len(reps)
-			for i := range reps {
-				reps[i].Engine = o.engine
-			}
-			progress := func(done, total int) {
-				if tty {
-					all := total * n
-					done += k * total
-					bar := strings.Repeat("#", done*20/all) + strings.Repeat(".", 20-done*20/all)
-					fmt.Fprintf(os.Stderr, "\r%-24s [%s] %d/%d runs", sw.Name, bar, done, all)
-				}
-			}
-			popts := fleetsim.PolicyOptions{Seed: seed, WasmPath: o.wasm, Workers: o.workers, Gateways: o.gateways, IsolatedGateways: o.isolated}
-			res, err := fleetsim.RunPolicies(fleetsim.Config{Replicas: reps, Seed: seed}, sw, policies, popts, o.parallel, progress)
-			if err != nil {
-				fmt.Fprintln(os.Stderr, "gpuroute-sim:", err)
-			}
-			for i, r := range res {
-				if r != nil {
-					bySeed[i] = append(bySeed[i], r)
-				}
-			}
-		}
-		if tty {
-			fmt.Fprint(os.Stderr, "\r\033[K")
-		}
-		var kept []*fleetsim.Result
-		rep := fleetsim.Report{Workload: w.Name}
-		for _, rs := range bySeed {
-			// A policy that failed to build on any seed is left out rather
-			// than pooled over fewer seeds than the others.
-			if len(rs) == n {
-				r := fleetsim.Pool(rs)
-				kept = append(kept, r)
-				rep.Results = append(rep.Results, r.Summary)
-			}
+	for _, d := range done {
+		rep := fleetsim.Report{Workload: d.WorkloadResults.Workload.Name}
+		for _, r := range d.Results {
+			rep.Results = append(rep.Results, r.Summary)
 		}
 		reports = append(reports, rep)
-		all = append(all, fleetsim.WorkloadResults{Workload: w, Results: kept, Seeds: n, Requests: requests})
-		printTable(w.Name, requests, n, nreps, spec, kept, time.Since(start))
+		all = append(all, d.WorkloadResults)
+		printTable(d.WorkloadResults, d.replicas, d.took)
 	}
+	fmt.Printf("\n%d workloads in %.1fs\n", len(done), time.Since(start).Seconds())
 	if o.jsonPath != "" {
 		if err := writeFile(o.jsonPath, func(f *os.File) error { return fleetsim.WriteJSON(f, reports) }); err != nil {
 			return err
@@ -256,21 +203,6 @@ func run(args []string) error {
 		fmt.Println("report:", o.reportPath)
 	}
 	return nil
-}
-
-// demoSeeds is how many seeds the demo suite pools per generated workload:
-// one run's p99 rests on a handful of requests, so single-seed rankings of
-// close policies flip from seed to seed, and three seeds still flipped
-// shared-prefix's (gpuroute against always-warm, TTFT mean: 0.4425 against
-// 0.4380 over seeds 1-3, 0.444 against 0.453 over 1-10; per-seed
-// differences of ±0.035 s). Ten take about three minutes on 2 cores.
-const demoSeeds = 10
-
-// demoRun is one workload of a run and the policies raced on it.
-type demoRun struct {
-	load     func(seed int64) (*fleetsim.Workload, error)
-	policies []string // nil: the --policies selection
-	once     bool     // a trace: the seed changes nothing of it
 }
 
 // pickPolicies resolves --policies; the wasm policy, when requested but not
@@ -303,12 +235,16 @@ func pickPolicies(spec string) ([]string, error) {
 	return names, nil
 }
 
-func printTable(workload string, requests, seeds, n int, spec string, rs []*fleetsim.Result, took time.Duration) {
+// printTable prints one workload's figures, each seed's mean and p99, the
+// steady figures, the classes' and the drains, then its verdict; took is its runs' time
+// summed.
+func printTable(wr fleetsim.WorkloadResults, replicas int, took time.Duration) {
+	rs, seeds := wr.Results, wr.Seeds
 	runs := ""
 	if seeds > 1 {
 		runs = fmt.Sprintf(" (%d seeds pooled)", seeds)
 	}
-	fmt.Printf("\n== %s: %d requests%s, %d replicas (%s), %.1fs\n", workload, requests, runs, n, spec, took.Seconds())
+	fmt.Printf("\n== %s: %d requests%s, %d replicas (%s), runs %.1fs\n", wr.Workload.Name, wr.Requests, runs, replicas, wr.Hardware, took.Seconds())
 	fmt.Printf("%-14s %8s %8s %8s %8s %8s %8s %8s %6s %6s %6s %5s %5s\n",
 		"policy", "ttft_avg", "ttft_p50", "ttft_p90", "ttft_p99", "e2e_p50", "e2e_p99", "tok/s", "hit", "loads", "done", "fail", "migr")
 	for _, r := range rs {
@@ -336,12 +272,25 @@ func printTable(workload string, requests, seeds, n int, spec string, rs []*flee
 			}
 		}
 	}
+	if len(rs) > 0 && len(rs[0].Summary.Classes) > 0 {
+		fmt.Println("  per class: ttft_avg/ttft_p99 and failed; requests the router shed and lost:")
+		for _, r := range rs {
+			s := r.Summary
+			fmt.Printf("  %-14s", s.Policy)
+			for _, c := range slices.Sorted(maps.Keys(s.Classes)) {
+				cs := s.Classes[c]
+				fmt.Printf(" %s %6.3f/%-6.3f failed %d;", c, cs.TTFTMeanSec, cs.TTFTP99Sec, cs.Failed)
+			}
+			fmt.Printf(" shed %d, lost %d\n", s.Shed, s.Lost)
+		}
+	}
 	if len(rs) > 0 && rs[0].Summary.Drain.DeadlineSec > 0 {
 		for _, r := range rs {
 			d := r.Summary.Drain
 			fmt.Printf("  drain %-14s deadline %.0fs, longest drain %.1fs, new after close %d\n", r.Summary.Policy, d.DeadlineSec, d.FinishedSec, d.NewAfterClose)
 		}
 	}
+	fmt.Println("  verdict:", wr.Verdict(fleetsim.GPURouteName))
 }
 
 func writeFile(path string, fn func(*os.File) error) error {
