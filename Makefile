@@ -122,6 +122,28 @@ bench-engines: ## the decision's benchmarks natively, under wazero and under V8 
 bench-v8: wasm ## the whole request path under V8 (node required), as BenchmarkRequestPathGuest64 runs it under wazero
 	node --no-liftoff hostsim/v8/requestpath.mjs $(WASM) 20000
 
+# docs/performance.md "Benchmarks": the request path in hostsim, and the
+# decision's benchmarks natively and under wazero, PERF_COUNT runs each (the
+# request path 20,000 requests a run: its percentiles need them), as
+# tables by hostsim/cmd/benchtab (build/perf/tables.md; the raw output
+# beside it).
+PERF_DIR   := build/perf
+PERF_COUNT ?= 3
+# The request path's per-request percentiles the tables show (benchtab -metrics).
+PERF_METRICS := min-p50-µs,min-p99-µs,rest-min-p99-µs,guest-p50-µs,guest-p99-µs,ref-p50-µs,ref-p99-µs,held-extra-µs
+PERF_PATH  := -run '^$$' -bench 'RequestPath(Replay64|Guest64|Guest64W8)$$|HeldRequest$$' -benchmem -benchtime 20000x -count $(PERF_COUNT)
+PERF_PKGS  := $(ENGINE_PKGS) ./scoring/prefix
+.PHONY: perf-tables
+perf-tables: wasm ## the benchmark tables of docs/performance.md from a fresh run (build/perf/tables.md)
+	@mkdir -p $(PERF_DIR)
+	$(GO) build -o $(WASMEXEC) ./hostsim/cmd/wasmexec
+	GPUROUTE_WASM=$(CURDIR)/$(WASM) $(GO) test $(PERF_PATH) ./plugin/router > $(PERF_DIR)/request-path.txt
+	$(GO) test $(ENGINE_BENCH) -count $(PERF_COUNT) $(PERF_PKGS) > $(PERF_DIR)/native.txt
+	GOOS=wasip1 GOARCH=wasm $(GO) test -exec $(CURDIR)/$(WASMEXEC) $(ENGINE_BENCH) -count $(PERF_COUNT) $(PERF_PKGS) > $(PERF_DIR)/wazero.txt
+	$(GO) run ./hostsim/cmd/benchtab -metrics $(PERF_METRICS) wazero=$(PERF_DIR)/request-path.txt > $(PERF_DIR)/tables.md
+	$(GO) run ./hostsim/cmd/benchtab -metrics - native=$(PERF_DIR)/native.txt wazero=$(PERF_DIR)/wazero.txt >> $(PERF_DIR)/tables.md
+	@echo "wrote $(PERF_DIR)/tables.md"
+
 fuzz: ## run every fuzz target for FUZZTIME each (opt-in)
 	@set -e; for pkg in $$($(GO) list ./...); do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \

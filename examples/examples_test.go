@@ -40,7 +40,7 @@ import (
 	"github.com/gpuroute/gpuroute/plugin/config"
 )
 
-// Wire names the examples must agree on (DESIGN.md §3, ABI.md §4).
+// Wire names the examples must agree on (docs/abi.md "Envoy behaviour").
 const (
 	destinationHeader = "x-gateway-destination-endpoint"
 	vmID              = "gpuroute"

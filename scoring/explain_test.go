@@ -46,8 +46,8 @@ func TestAppendExplain(t *testing.T) {
 }
 
 // TestImportsStdlibOnly holds scoring and its subpackages to the standard
-// library and each other (STYLE.md 1): the decision core is pure, so the
-// plugin, the simulator and the tests run the same code.
+// library and each other: the decision core is pure, so the plugin, the
+// simulator and the tests run the same code.
 func TestImportsStdlibOnly(t *testing.T) {
 	const own = "github.com/gpuroute/gpuroute/scoring/"
 	banned := []string{"time.Now", "math/rand", "\"os\"", "\"fmt\"", "\"reflect\"", "encoding/json"}

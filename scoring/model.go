@@ -97,7 +97,8 @@ type Replica struct {
 	// AddrHash identifies the replica in rendezvous hashing; set it once
 	// with prefix.HashString(Addr) (Pick computes it when zero, which costs time).
 	AddrHash uint64
-	// Engine names the server ("vllm", "sglang", "tgi", "triton"); informational.
+	// Engine names the server ("vllm", "sglang", "tgi", "triton", "trtllm-serve");
+	// informational.
 	Engine string
 	// Hardware is the replica's cost profile (possibly calibrated).
 	Hardware Hardware

@@ -16,8 +16,9 @@ import (
 // GPURouteName is the registry name of gpuroute's own policy.
 const GPURouteName = "gpuroute"
 
-// Wire names the gpuroute policy speaks to the plugin (DESIGN.md §3; the
-// header is GIE's endpoint-picker protocol, which the plugin writes).
+// Wire names the gpuroute policy speaks to the plugin (docs/abi.md "Envoy
+// behaviour"; the header is GIE's endpoint-picker protocol, which the
+// plugin writes).
 const (
 	gpurouteVMID          = "gpuroute"
 	gpurouteRootID        = "gpuroute"

@@ -7,11 +7,12 @@ import (
 
 // CharsPerToken is how many bytes of synthesized prompt text stand for one
 // token (OpenAI's rule of thumb for English, also the plugin's estimate:
-// DESIGN.md §2), so a router that counts characters sees the right length.
+// docs/design.md "Prefix identity"), so a router that counts characters
+// sees the right length.
 const CharsPerToken = 4
 
 // BlockTokens is the KV block size of the simulated engines in tokens (vLLM's
-// default block_size, DESIGN.md §6).
+// default block_size).
 const BlockTokens = 16
 
 // Segment is a run of synthetic prompt text: Tokens tokens whose text is a

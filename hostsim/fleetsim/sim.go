@@ -14,7 +14,8 @@ type Config struct {
 	// Replicas lists the replicas (UniformReplicas or ParseHardware).
 	Replicas []ReplicaConfig
 	// ScrapeInterval is how often routers' metric snapshots refresh
-	// (default 50 ms, GIE/llm-d's metrics refresh interval: DESIGN.md §6).
+	// (default 50 ms, the metrics refresh interval of the Gateway API
+	// Inference Extension's endpoint picker and llm-d).
 	ScrapeInterval time.Duration
 	// StreamEvery is how many output tokens make one Tokens event
 	// (default 16).

@@ -180,7 +180,8 @@ type Replica struct {
 	// x-gateway-destination-endpoint value written on every request.
 	AddressText string
 	// MetricsCluster is the Envoy cluster that serves the replica's /metrics
-	// (optional until scraping lands).
+	// (optional: without it the replica is routed on the router's own
+	// accounting of what it sent).
 	MetricsCluster string
 	// MetricsAddress, when valid, is the ip:port the scrape reaches through
 	// MetricsCluster, an ORIGINAL_DST cluster shared by every replica that

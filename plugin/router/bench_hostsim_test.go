@@ -166,7 +166,8 @@ type benchFleet struct {
 	guestPos []uint8
 	// The guest time of each request's headers and body (the decision),
 	// for the first request after each tick and for the others: the tick
-	// leaves the request path's code caches cold (README, Limitations).
+	// leaves the request path's code caches cold (docs/performance.md
+	// "Request path").
 	openAfterTick, openOthers []time.Duration
 	n                         int // requests started
 	ticks                     []time.Duration

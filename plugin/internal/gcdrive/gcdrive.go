@@ -6,7 +6,8 @@
 // assists in proportion. A module built as a WASI reactor runs only the
 // goroutine of the host's callback and never yields (the runtime's other
 // goroutines would arm timers, and from then on every stop of the world
-// polls a host that may not implement poll_oneoff: README, Limitations),
+// polls a host that may not implement poll_oneoff: docs/abi.md "Envoy
+// behaviour"),
 // so the workers never run and a cycle ends only through assists. The
 // router's request path allocates nothing, so a cycle begun by a
 // configuration change or a tick goes on marking through thousands of

@@ -3,7 +3,7 @@
 // shows the replicas and has polled a few times, reads the numbers twice a
 // few seconds apart, takes a full-page screenshot and prints one JSON line:
 //   {"rows":[...], "decisions":[first,last], "inFlight":[...], "chart":{x,y,width,height}, "missing":"...", "errors":[...]}
-// Usage: node fleet.mjs '{"url":"http://127.0.0.1:8080/gpuroute/fleet?every=250","screenshot":"/tmp/fleet.png"}'
+// Usage: node fleet.mjs '{"url":"http://127.0.0.1:8080/gpuroute/fleet?every=250","screenshot":"build/fleet.png"}'
 import { chromium } from 'playwright-core';
 
 const args = JSON.parse(process.argv[2]);
