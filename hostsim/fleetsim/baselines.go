@@ -528,8 +528,6 @@ func newBlockLRU(capacity int) *blockLRU {
 	return &blockLRU{capacity: max(capacity, 1), idx: make(map[uint64]int32), head: -1, tail: -1}
 }
 
-func (l *blockLRU) len() int { return len(l.idx) }
-
 // match returns how many leading hashes of chain are present.
 func (l *blockLRU) match(chain []uint64) int {
 	for k, h := range chain {

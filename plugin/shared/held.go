@@ -32,11 +32,8 @@ type HeldNotice struct {
 	OldestNanos int64 // the writer's clock
 }
 
-// HeldNotice encoding: "GRHN" version u8, worker u64, held u32, top band u8
-// (0xff: none), oldest i64 (>= 0).
-const heldNoticeLen = headerLen + 8 + 4 + 1 + 8
-
-// AppendBinary appends n's encoding to b; it fails, returning b, when the
+// AppendBinary appends n's encoding to b ("GRHN" version u8, worker u64,
+// held u32, top band u8 (0xff: none), oldest i64 (>= 0)); it fails, returning b, when the
 // band and the count disagree or the band or time are out of range.
 func (n *HeldNotice) AppendBinary(b []byte) ([]byte, error) {
 	if (n.Held == 0) != (n.TopBand == NoBand) || n.TopBand < NoBand || n.TopBand >= maxBand || n.OldestNanos < 0 {
@@ -78,10 +75,8 @@ func (n *HeldNotice) Decode(b []byte) error {
 	return nil
 }
 
-// Wake encoding: "GRWU" version u8, sender worker u64.
-const wakeLen = headerLen + 8
-
-// AppendWake appends a wake from worker to b.
+// AppendWake appends a wake from worker to b (encoding: "GRWU" version u8,
+// sender worker u64).
 func AppendWake(b []byte, worker uint64) []byte {
 	return appendU64(appendHeader(b, magicWake), worker)
 }
