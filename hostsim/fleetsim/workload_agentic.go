@@ -18,7 +18,7 @@ const (
 	agenticSysTokens   = 3000
 	agenticToolSets    = 3
 	agenticToolTokens  = 2500
-	agenticSessions    = 64
+	agenticSessions    = 80
 	agenticStartSpan   = 150 * time.Second
 	agenticMinTurns    = 10
 	agenticSpanTurns   = 31
@@ -29,7 +29,7 @@ const (
 	agenticUserShare   = 5 // one turn in this many is the user's reply, not a tool's output
 	agenticDecodeSec   = 0.02
 	agenticHardware    = "h100:4"
-	agenticSourceWords = "synthetic agent sessions: 4 system prompts (3,000 tokens) × 3 tool sets (2,500), 64 sessions of 10–40 turns, tool outputs log-normal around 400 tokens, answers 40–340 tokens, contexts up to 48,000 tokens"
+	agenticSourceWords = "synthetic agent sessions: 4 system prompts (3,000 tokens) × 3 tool sets (2,500), 80 sessions of 10–40 turns, tool outputs log-normal around 400 tokens, answers 40–340 tokens, contexts up to 48,000 tokens"
 )
 
 // agentic is the agents' workload: long sessions whose context grows turn

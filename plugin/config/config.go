@@ -64,6 +64,8 @@ const (
 	KeyPassiveBackoffMs   = "passive_backoff_ms"
 	KeyRemovedDrainMs     = "removed_drain_ms"
 	KeyRole               = "role"
+	KeyLearnKVCapacity    = "learn_kv_capacity"
+	KeySessionHeader      = "session_header"
 )
 
 // Roles (the values of "role").
@@ -254,6 +256,15 @@ type Config struct {
 	UnhealthyAfterFailures int
 	// DecisionHeader adds x-gpuroute-decision to responses (off by default).
 	DecisionHeader bool
+	// LearnKVCapacity bounds each replica's prefix index by the cache size
+	// the engine feedback learns instead of the configured or scraped KV
+	// capacity (off by default: the eviction corrections run either way).
+	LearnKVCapacity bool
+	// SessionHeader, when set, names the request header whose value keys
+	// a session: the replica that served the session's last request is
+	// treated as holding its prefix, a soft affinity the decision can
+	// overrule ("": off).
+	SessionHeader string
 	// StatusPath, when set, is answered locally with the fleet state as JSON
 	// (off by default).
 	StatusPath string
@@ -676,6 +687,14 @@ func shown(v jsonx.Value) string {
 		return quote(jsonx.AppendUnescape(nil, v.Raw))
 	}
 	return quote(v.Raw)
+}
+
+// boolValue decodes true or false.
+func boolValue(name string, v jsonx.Value) (bool, error) {
+	if v.Kind != jsonx.Bool {
+		return false, errors.New("config: " + name + " must be true or false, got " + v.Kind.String() + " " + shown(v))
+	}
+	return v.Raw[0] == 't', nil
 }
 
 // stringValue decodes a string value. Replica names, addresses and the like

@@ -74,6 +74,12 @@ func TestParseAccepts(t *testing.T) {
 			_, isAdapter := c.LookupAdapter([]byte("llama-3-8b"))
 			return c.LeaseMillis == 1500 && !isAdapter && c.MaxBodyBytes == DefaultMaxBodyBytes && c.Replicas[0].AdapterSlots == -1
 		}},
+		{name: "engine feedback defaults", in: `{"replicas":[{"name":"a","address":"10.0.0.1:1"}]}`, check: func(c *Config) bool {
+			return !c.LearnKVCapacity && c.SessionHeader == ""
+		}},
+		{name: "engine feedback keys", in: `{"replicas":[{"name":"a","address":"10.0.0.1:1"}],"learn_kv_capacity":true,"session_header":"x-session-id"}`, check: func(c *Config) bool {
+			return c.LearnKVCapacity && c.SessionHeader == "x-session-id"
+		}},
 		{name: "scraper role", in: `{"replicas":[{"name":"a","address":"10.0.0.1:1"}],"role":"scraper"}`, check: func(c *Config) bool {
 			return c.Scraper
 		}},
@@ -158,6 +164,12 @@ func TestParseRejects(t *testing.T) {
 			want: `config: role "leader" must be "worker" or "scraper"`},
 		{name: "decision header type", in: `{"replicas":[` + r(``) + `],"decision_header":"yes"}`,
 			want: `config: decision_header must be true or false, got string "yes"`},
+		{name: "learned capacity type", in: `{"replicas":[` + r(``) + `],"learn_kv_capacity":1}`,
+			want: `config: learn_kv_capacity must be true or false, got number "1"`},
+		{name: "session header name", in: `{"replicas":[` + r(``) + `],"session_header":"X-Session-Id"}`,
+			want: `config: session_header "X-Session-Id" must be a lowercase header name (a-z, 0-9, '-', '_', '.')`},
+		{name: "session header empty", in: `{"replicas":[` + r(``) + `],"session_header":""}`,
+			want: `config: session_header "" must be a header name of 1 to 128 bytes`},
 		{name: "adapters type", in: `{"replicas":[` + r(``) + `],"adapters":["a"]}`,
 			want: `config: adapters must be an object of adapter name to base model, got array`},
 		{name: "adapter base", in: `{"replicas":[` + r(``) + `],"adapters":{"a":""}}`,

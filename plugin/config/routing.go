@@ -44,10 +44,11 @@ func parseRouting(cfg *Config, key string, r *jsonx.Reader) error {
 		n, err = boundedInt(key, v, 1, 1000)
 		cfg.UnhealthyAfterFailures = int(n)
 	case KeyDecisionHeader:
-		if v.Kind != jsonx.Bool {
-			return errors.New("config: " + key + " must be true or false, got " + v.Kind.String() + " " + shown(v))
-		}
-		cfg.DecisionHeader = v.Raw[0] == 't'
+		cfg.DecisionHeader, err = boolValue(key, v)
+	case KeyLearnKVCapacity:
+		cfg.LearnKVCapacity, err = boolValue(key, v)
+	case KeySessionHeader:
+		cfg.SessionHeader, err = headerName(key, v)
 	case KeyStatusPath:
 		var s string
 		if s, err = stringValue(key, v); err != nil {

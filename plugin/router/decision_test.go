@@ -39,7 +39,7 @@ func decide(r *root, s *stream, body []byte, now int64) int {
 	s.inference, s.kind = true, openai.Chat
 	parsed := r.features.parse(s.kind, body, false)
 	req := r.features.of(parsed, true)
-	replicas, cached := r.view.forRequest(req, now)
+	replicas, cached := r.view.forRequest(s, req, now)
 	d := &r.decision
 	scoring.Pick(&r.params, req, replicas, cached, r.ledger, now, d)
 	if d.Index < 0 {

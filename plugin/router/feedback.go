@@ -32,12 +32,13 @@ const (
 //     blocks first, so the replica's entries recorded before the missing
 //     one are dropped, and what is left is a sample of the replica's
 //     effective cache size;
-//   - the evictions' samples, weighted (the first against the configured
-//     size), are the replica's capacity in the index, in place of the
-//     configured or scraped KV size (TestFeedbackEviction);
-//   - a surplus shows the index forgot what the replica still holds: the
-//     entries it holds plus the surplus are a lower bound of the learned
-//     capacity.
+//   - with learn_kv_capacity, the evictions' samples, weighted (the first
+//     against the configured size), are the replica's capacity in the
+//     index, in place of the configured or scraped KV size, and a surplus
+//     (the index forgot what the replica still holds) raises it to the
+//     entries held plus the surplus (TestFeedbackLearnedCapacity). Off by
+//     default: in the simulator's agentic runs it gained nothing over the
+//     configured size (docs/design.md, "Engine feedback").
 //
 // At the response's end the prompt's chain is recorded again with the
 // answer's blocks after it (the stream's prefix.Continuation, fed by the
@@ -50,6 +51,8 @@ type feedback struct {
 	index    *prefix.Index
 	prefixes *prefixShare
 	stats    *stats
+	// learning turns the learned capacity on (learn_kv_capacity).
+	learning bool
 	// configured is each replica's KV capacity in tokens as configured or
 	// scraped (0: unknown); learned its capacity in index entries learned
 	// from corrections (0: none yet).
@@ -99,8 +102,8 @@ func (f *streamFeedback) recycle() streamFeedback {
 		cont: f.cont, answer: f.answer[:0]}
 }
 
-func (f *feedback) setup(index *prefix.Index, prefixes *prefixShare, st *stats, replicas, blockChars int) {
-	f.index, f.prefixes, f.stats = index, prefixes, st
+func (f *feedback) setup(index *prefix.Index, prefixes *prefixShare, st *stats, replicas, blockChars int, learning bool) {
+	f.index, f.prefixes, f.stats, f.learning = index, prefixes, st, learning
 	f.configured = make([]int, replicas)
 	f.learned = make([]int, replicas)
 	f.settled = make([]uint32, replicas)
@@ -139,6 +142,9 @@ func (f *feedback) apply(replica int) {
 // entries, from an eviction: the entries the replica was left with. The
 // first sample is weighed against the configured size, not taken whole.
 func (f *feedback) learn(replica, entries int) {
+	if !f.learning {
+		return
+	}
 	entries = max(entries, minLearnedEntries)
 	l := f.learned[replica]
 	if l == 0 {
@@ -231,6 +237,7 @@ func (f *feedback) reply(s *stream, body []byte) {
 	}
 	c.UsagePromptTokens = rp.Usage.PromptTokens
 	c.UsageCachedTokens, c.HasCached = rp.Usage.CachedTokens, rp.Usage.HasCached
+	c.ResponseID, c.HasResponseID = rp.ResponseID, rp.HasResponseID
 }
 
 func (f *feedback) resume(s *stream) int {

@@ -21,11 +21,17 @@ func feedbackFleet(t *testing.T) *testFleet {
 // send routes body on path and returns the stream and its destination.
 func (f *testFleet) send(path, body string) (*hostsim.Stream, string) {
 	f.t.Helper()
+	return f.sendWith(path, body)
+}
+
+// sendWith is send with extra request headers.
+func (f *testFleet) sendWith(path, body string, extra ...[2]string) (*hostsim.Stream, string) {
+	f.t.Helper()
 	s, err := f.vms[0].Root(testRootID).NewStream()
 	if err != nil {
 		f.t.Fatalf("NewStream = %v", err)
 	}
-	hdrs := [][2]string{{":method", "POST"}, {":path", path}, {":authority", "gw"}, {"content-type", "application/json"}}
+	hdrs := append([][2]string{{":method", "POST"}, {":path", path}, {":authority", "gw"}, {"content-type", "application/json"}}, extra...)
 	if _, err := s.RequestHeaders(hdrs, false); err != nil {
 		f.t.Fatalf("RequestHeaders = %v", err)
 	}

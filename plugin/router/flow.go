@@ -281,7 +281,7 @@ func (f *flowControl) try(it flow.Item, now int64, current *stream) bool {
 		return true
 	}
 	req := &s.heldReq
-	replicas, cached := r.view.forRequest(req, now)
+	replicas, cached := r.view.forRequest(s, req, now)
 	r.ledger.SetHeld(f.queue.Len() - 1 + f.peers.held)
 	d := &r.decision
 	scoring.Pick(&r.params, req, replicas, cached, r.ledger, now, d)
@@ -465,7 +465,7 @@ func (f *flowControl) take(s *stream, bandName string, it flow.Item, now int64) 
 	}
 	r := f.r
 	req := &s.heldReq
-	replicas, cached := r.view.forRequest(req, now)
+	replicas, cached := r.view.forRequest(s, req, now)
 	scoring.Pick(&r.params, req, replicas, cached, r.ledger, now, &r.decision)
 	if _, ok := r.header(&r.decision, now); ok {
 		s.dispatch(&r.decision, req, now)

@@ -69,6 +69,7 @@ type root struct {
 	index    *prefix.Index
 	decision scoring.Decision
 	feedback feedback // what the engines report corrects the index
+	sessions sessions // soft session affinity (session.go)
 
 	calib    calibration  // prefill cost per replica, learned from TTFT
 	health   health       // scrape failures and passive ejection → eligibility, evidence age
@@ -170,10 +171,11 @@ func (r *root) setup(cfg *config.Config, retirees []retiree) error {
 	r.index = prefix.NewIndex(prefix.IndexConfig{BlockChars: cfg.BlockChars, MaxReplicas: n,
 		Stride: indexStride, MaxEntries: indexEntries(cfg.BlockChars, r.calib.priors)})
 	r.features.setup(cfg, &r.stats)
-	r.feedback.setup(r.index, &r.prefixes, &r.stats, n, cfg.BlockChars)
+	r.feedback.setup(r.index, &r.prefixes, &r.stats, n, cfg.BlockChars, cfg.LearnKVCapacity)
 	for i := range r.calib.priors {
 		r.feedback.capacity(i, r.calib.priors[i].KVCapacityTokens)
 	}
+	r.sessions.setup()
 	if err := r.scrape.setup(cfg, r.configID, r.log, &r.stats, r.snapshotApplied); err != nil {
 		return err
 	}

@@ -60,8 +60,9 @@ type stream struct {
 	heldChain []uint64
 
 	// fb is what the response's usage and answer teach the prefix index
-	// (feedback.go).
-	fb streamFeedback
+	// (feedback.go); session the request's session affinity (session.go).
+	fb      streamFeedback
+	session streamSession
 }
 
 func (s *stream) reset(r *root, id uint32) {
@@ -71,7 +72,7 @@ func (s *stream) reset(r *root, id uint32) {
 	}
 	counter.Reset()
 	*s = stream{root: r, id: id, replica: -1, liveAt: -1, counter: counter, explain: explain, answeredBy: -1,
-		askedBand: -1, heldChain: chain, fb: fb}
+		askedBand: -1, heldChain: chain, fb: fb, session: streamSession{replica: -1}}
 }
 
 // OnHttpRequestHeaders removes any client-sent destination first, before
@@ -95,6 +96,7 @@ func (s *stream) OnHttpRequestHeaders(numHeaders int, endOfStream bool) types.Ac
 	if kind, ok := openai.KindFromPath(path); ok && !endOfStream {
 		s.inference, s.kind = true, kind
 		r.flow.classify(s)
+		r.sessions.begin(s, r.cfg.SessionHeader)
 		return types.ActionPause
 	}
 	return s.route(nil, false)
@@ -144,8 +146,12 @@ func (s *stream) route(body []byte, truncated bool) types.Action {
 	now := proxy.NowNanos()
 	parsed := r.features.parse(s.kind, body, truncated)
 	req := r.features.of(parsed, body != nil || s.inference)
+	if parsed {
+		p := &r.features.parsed
+		r.sessions.resolve(s, req, p.HasPreviousResponse, p.PreviousResponseID)
+	}
 	r.feedback.begin(s, &r.features.hasher, req.Chain)
-	replicas, cached := r.view.forRequest(req, now)
+	replicas, cached := r.view.forRequest(s, req, now)
 	d := &r.decision
 	r.flow.prepare()
 	scoring.Pick(&r.params, req, replicas, cached, r.ledger, now, d)
@@ -179,6 +185,7 @@ func (s *stream) dispatch(d *scoring.Decision, req *scoring.Request, now int64) 
 		r.work.publishOn(d.Index, now)
 		r.flow.sent(s)
 	}
+	r.sessions.dispatched(s, d.Index, req.PromptTokens)
 	if len(req.Chain) > 0 {
 		r.feedback.dispatching(s, d.Index, req.Chain, best.CachedTokens, req.PromptTokens)
 		r.prefixes.dispatched(d.Index, req.Chain)
@@ -234,6 +241,7 @@ func (s *stream) OnHttpResponseBody(bodySize int, endOfStream bool) types.Action
 		s.responseDone = true
 		if s.answeredBy >= 0 {
 			s.root.feedback.responded(s, s.answeredBy)
+			s.root.sessions.responded(s, s.answeredBy)
 		}
 	}
 	return types.ActionContinue

@@ -21,14 +21,15 @@ import (
 type replicaView struct {
 	replicas []scoring.Replica
 
-	scrape  *scraping
-	health  *health
-	calib   *calibration
-	work    *workShare
-	peers   *peering
-	members *membership
-	ledger  *scoring.Ledger
-	index   *prefix.Index
+	scrape   *scraping
+	health   *health
+	calib    *calibration
+	work     *workShare
+	peers    *peering
+	members  *membership
+	ledger   *scoring.Ledger
+	index    *prefix.Index
+	sessions *sessions
 
 	// The parts' generations the table holds.
 	figuresGen, healthGen uint64
@@ -52,7 +53,7 @@ func (v *replicaView) setup(cfg *config.Config, r *root) {
 	n := len(cfg.Replicas)
 	v.scrape, v.health, v.calib = &r.scrape, &r.health, &r.calib
 	v.work, v.peers, v.members = &r.work, &r.peers, &r.members
-	v.ledger, v.index = r.ledger, r.index
+	v.ledger, v.index, v.sessions = r.ledger, r.index, &r.sessions
 	v.replicas = make([]scoring.Replica, n)
 	for i := range cfg.Replicas {
 		c := &cfg.Replicas[i]
@@ -101,11 +102,12 @@ func (v *replicaView) sync() []scoring.Replica {
 	return v.replicas
 }
 
-// forRequest builds Pick's input for req at now: the table synced, the
-// prefix tokens of req's chain the index believes cached on each replica,
+// forRequest builds Pick's input for stream s's req at now: the table
+// synced, the prefix tokens of req's chain the index believes cached on
+// each replica (the session's replica at least the session's: session.go),
 // where req's adapter was sent (req.AdapterRecent), and the in-flight work
 // of the other workers and gateways.
-func (v *replicaView) forRequest(req *scoring.Request, now int64) (replicas []scoring.Replica, cached []int) {
+func (v *replicaView) forRequest(s *stream, req *scoring.Request, now int64) (replicas []scoring.Replica, cached []int) {
 	if v.scrape.figuresGen != v.figuresGen || v.health.gen != v.healthGen || len(v.calib.changed) > 0 {
 		v.sync()
 	}
@@ -115,6 +117,7 @@ func (v *replicaView) forRequest(req *scoring.Request, now int64) (replicas []sc
 	if len(req.Chain) > 0 {
 		v.index.Lookup(req.Chain, v.cached)
 	}
+	v.sessions.affinity(s, v.cached)
 	req.AdapterRecent = nil
 	if req.Adapter != "" {
 		// The shared prefix index also records where each adapter was
