@@ -64,6 +64,7 @@ const (
 	KeyRemovedDrainMs     = "removed_drain_ms"
 	KeyRole               = "role"
 	KeyLearnKVCapacity    = "learn_kv_capacity"
+	KeyRecordAnswers      = "record_answers"
 	KeySessionHeader      = "session_header"
 )
 
@@ -259,6 +260,12 @@ type Config struct {
 	// the engine feedback learns instead of the configured or scraped KV
 	// capacity (off by default: the eviction corrections run either way).
 	LearnKVCapacity bool
+	// RecordAnswers hashes each streamed answer after its prompt and
+	// records it for the replica that answered, so a conversation's next
+	// turn finds its previous answer cached there (off by default: on the
+	// simulator's single-turn loads with long outputs it cost more TTFT
+	// than it bought on multi-turn ones; docs/design.md "Engine feedback").
+	RecordAnswers bool
 	// SessionHeader, when set, names the request header whose value keys
 	// a session: the replica that served the session's last request is
 	// treated as holding its prefix, a soft affinity the decision can

@@ -47,6 +47,8 @@ func parseRouting(cfg *Config, key string, r *jsonx.Reader) error {
 		cfg.DecisionHeader, err = boolValue(key, v)
 	case KeyLearnKVCapacity:
 		cfg.LearnKVCapacity, err = boolValue(key, v)
+	case KeyRecordAnswers:
+		cfg.RecordAnswers, err = boolValue(key, v)
 	case KeySessionHeader:
 		cfg.SessionHeader, err = headerName(key, v)
 	case KeyStatusPath:

@@ -40,8 +40,8 @@ const (
 //     default: in the simulator's agentic runs it gained nothing over the
 //     configured size (docs/design.md, "Engine feedback").
 //
-// At the response's end the prompt's chain is recorded again with the
-// answer's blocks after it (the stream's prefix.Continuation, fed by the
+// At the response's end the prompt's chain is recorded again, with
+// record_answers the answer's blocks after it (the stream's prefix.Continuation, fed by the
 // answer text the StreamCounter writes), as the engine releases them
 // together: the conversation's next turn, which quotes the answer, finds
 // it cached there (TestSecondTurnHitsAnswer). The corrections stay in this
@@ -51,8 +51,9 @@ type feedback struct {
 	index    *prefix.Index
 	prefixes *prefixShare
 	stats    *stats
-	// learning turns the learned capacity on (learn_kv_capacity).
-	learning bool
+	// learning turns the learned capacity on (learn_kv_capacity),
+	// recording the answers' record (record_answers).
+	learning, recording bool
 	// configured is each replica's KV capacity in tokens as configured or
 	// scraped (0: unknown); learned its capacity in index entries learned
 	// from corrections (0: none yet).
@@ -102,8 +103,8 @@ func (f *streamFeedback) recycle() streamFeedback {
 		cont: f.cont, answer: f.answer[:0]}
 }
 
-func (f *feedback) setup(index *prefix.Index, prefixes *prefixShare, st *stats, replicas, blockChars int, learning bool) {
-	f.index, f.prefixes, f.stats, f.learning = index, prefixes, st, learning
+func (f *feedback) setup(index *prefix.Index, prefixes *prefixShare, st *stats, replicas, blockChars int, learning, recording bool) {
+	f.index, f.prefixes, f.stats, f.learning, f.recording = index, prefixes, st, learning, recording
 	f.configured = make([]int, replicas)
 	f.learned = make([]int, replicas)
 	f.settled = make([]uint32, replicas)
@@ -169,7 +170,7 @@ func (f *feedback) atLeast(replica, entries int) {
 // and makes the stream's counter write the answer's text (req is the
 // request's features, the features' hasher still holding its prompt).
 func (f *feedback) begin(s *stream, h *prefix.Hasher, chain []uint64) {
-	if len(chain) == 0 || !s.inference {
+	if !f.recording || len(chain) == 0 || !s.inference {
 		return
 	}
 	h.Save(&s.fb.cont)

@@ -26,7 +26,7 @@ func TestFeedbackLearnedCapacity(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			index := prefix.NewIndex(prefix.IndexConfig{BlockChars: 64, MaxReplicas: 1, Stride: indexStride, MaxEntries: 4096})
 			var f feedback
-			f.setup(index, &prefixShare{}, &stats{}, 1, 64, c.learning)
+			f.setup(index, &prefixShare{}, &stats{}, 1, 64, c.learning, false)
 			f.capacity(0, configured*index.TokensPerEntry())
 			for range 20 {
 				f.learn(0, 4)

@@ -171,7 +171,7 @@ func (r *root) setup(cfg *config.Config, retirees []retiree) error {
 	r.index = prefix.NewIndex(prefix.IndexConfig{BlockChars: cfg.BlockChars, MaxReplicas: n,
 		Stride: indexStride, MaxEntries: indexEntries(cfg.BlockChars, r.calib.priors)})
 	r.features.setup(cfg, &r.stats)
-	r.feedback.setup(r.index, &r.prefixes, &r.stats, n, cfg.BlockChars, cfg.LearnKVCapacity)
+	r.feedback.setup(r.index, &r.prefixes, &r.stats, n, cfg.BlockChars, cfg.LearnKVCapacity, cfg.RecordAnswers)
 	for i := range r.calib.priors {
 		r.feedback.capacity(i, r.calib.priors[i].KVCapacityTokens)
 	}
