@@ -170,3 +170,39 @@ func TestReplicaAgentRequestErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestGatewayAgentAPIs: through the gateway and the plugin, a Messages and
+// a Responses conversation's repeated turn reaches a replica that had its
+// prompt cached, and the answer streams back intact.
+func TestGatewayAgentAPIs(t *testing.T) {
+	f := newFixture(t, 2)
+	for _, tt := range []struct {
+		name string
+		path string
+		kind openai.Kind
+	}{
+		{name: "messages", path: PathMessages, kind: openai.Messages},
+		{name: "responses", path: PathResponses, kind: openai.Responses},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			body := strings.Replace(agentBodies[tt.path](true), `"m"`, `"`+testModel+`"`, 1)
+			body = strings.Replace(body, "hello", tt.name, 1)
+			var got openai.Usage
+			for turn := range 2 {
+				resp, err := http.Post(f.srv.URL()+tt.path, "application/json", strings.NewReader(body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil || resp.StatusCode != http.StatusOK || resp.Header.Get(HeaderReplica) == "" {
+					t.Fatalf("turn %d: POST %s via the gateway = %d %s (%v), want 200 from a replica", turn, tt.path, resp.StatusCode, b, err)
+				}
+				got = readAnswer(t, tt.kind, true, b, io.Discard)
+			}
+			if got.CachedTokens == 0 || got.CompletionTokens != 3 {
+				t.Errorf("second turn's usage = %+v, want cached tokens > 0 and 3 completion tokens", got)
+			}
+		})
+	}
+}
