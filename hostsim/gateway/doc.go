@@ -43,7 +43,10 @@
 // (fleetsim.LiveReplica): continuous batching with chunked prefill, a KV
 // cache that reuses a cached prompt prefix (16-token blocks), LoRA adapters
 // that cost a host-memory or storage load unless resident; every duration
-// follows scoring's hardware profiles times TimeScale. They serve /metrics
+// follows scoring's hardware profiles times TimeScale. They answer chat,
+// completions, the Anthropic Messages API and the OpenAI Responses API,
+// streamed or whole, reporting the prompt tokens their cache served in each
+// endpoint's usage fields, and serve /metrics
 // in vLLM V1's format and the health, model, server-information and load
 // endpoints vLLM and SGLang serve, so real routers can sit in front of them.
 package gateway

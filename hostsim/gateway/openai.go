@@ -11,12 +11,62 @@ import (
 // `data:` event, ended by `data: [DONE]`) or one JSON body, following the
 // OpenAI API reference for chat completions and completions.
 type responseWriter struct {
-	w       http.ResponseWriter
-	chat    bool
-	id      string
-	model   string
-	created int64
-	buf     []byte
+	sse
+	chat         bool
+	includeUsage bool // stream_options.include_usage: a usage chunk before [DONE]
+	id           string
+	model        string
+	created      int64
+}
+
+var _ answerWriter = (*responseWriter)(nil)
+
+// answerWriter renders one endpoint's answer to a request the engine runs:
+// streamed (start once the first token is out, token for each, end after
+// the last) or whole.
+type answerWriter interface {
+	start(u tokenUsage) error
+	token(text string, first bool) error
+	end(text string, u tokenUsage) error
+	whole(text string, u tokenUsage) error
+}
+
+// tokenUsage is a request's token accounting: Prompt tokens, Cached of them
+// served from the prefix cache, Output tokens generated.
+type tokenUsage struct {
+	Prompt, Cached, Output int
+}
+
+// sse writes server-sent events to w, flushing each.
+type sse struct {
+	w   http.ResponseWriter
+	buf []byte
+}
+
+// send writes one event: an "event: name" line unless name is empty, then
+// "data: b". The Messages and Responses APIs name every event; chat and
+// completions streams are data lines only.
+func (s *sse) send(name string, b []byte) error {
+	s.buf = s.buf[:0]
+	if name != "" {
+		s.buf = append(append(append(s.buf, "event: "...), name...), '\n')
+	}
+	s.buf = append(append(append(s.buf, "data: "...), b...), "\n\n"...)
+	if _, err := s.w.Write(s.buf); err != nil {
+		return err
+	}
+	if f, ok := s.w.(http.Flusher); ok {
+		f.Flush()
+	}
+	return nil
+}
+
+// writeWhole sends a non-streamed JSON body.
+func writeWhole(w http.ResponseWriter, b []byte) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	_, err := w.Write(b)
+	return err
 }
 
 func (o *responseWriter) object(stream bool) string {
@@ -71,65 +121,65 @@ func (o *responseWriter) choice(b []byte, text string, first, stream bool, finis
 	return append(b, '}')
 }
 
-func (o *responseWriter) event(b []byte) error {
-	o.buf = append(append(append(o.buf[:0], "data: "...), b...), "\n\n"...)
-	if _, err := o.w.Write(o.buf); err != nil {
-		return err
-	}
-	if f, ok := o.w.(http.Flusher); ok {
-		f.Flush()
-	}
-	return nil
-}
-
-// chunk sends one streamed token (or the closing chunk with finish set).
-func (o *responseWriter) chunk(text string, first bool, finish string) error {
+// chunk appends one streamed choice (the closing one with finish set).
+func (o *responseWriter) chunk(text string, first bool, finish string) []byte {
 	b := o.head(nil, true)
 	b = append(b, `,"choices":[`...)
 	b = o.choice(b, text, first, true, finish)
-	b = append(b, "]}"...)
-	return o.event(b)
+	return append(b, "]}"...)
 }
 
-// usage sends the stream_options.include_usage chunk: no choices, usage set.
-func (o *responseWriter) usage(usage []byte) error {
-	b := o.head(nil, true)
-	b = append(b, `,"choices":[],"usage":`...)
-	b = append(b, usage...)
-	b = append(b, '}')
-	return o.event(b)
+// start sends nothing: a chat or completions stream has no head event.
+func (o *responseWriter) start(tokenUsage) error { return nil }
+
+// token sends one streamed token.
+func (o *responseWriter) token(text string, first bool) error {
+	return o.send("", o.chunk(text, first, ""))
 }
 
-func (o *responseWriter) done() error {
-	return o.event([]byte("[DONE]"))
+// end sends the closing chunk, the stream_options.include_usage chunk (no
+// choices, usage set) when asked for, and [DONE].
+func (o *responseWriter) end(_ string, u tokenUsage) error {
+	if err := o.send("", o.chunk("", false, finishLength)); err != nil {
+		return err
+	}
+	if o.includeUsage {
+		b := o.head(nil, true)
+		b = append(b, `,"choices":[],"usage":`...)
+		b = appendUsage(b, u)
+		if err := o.send("", append(b, '}')); err != nil {
+			return err
+		}
+	}
+	return o.send("", []byte("[DONE]"))
 }
 
 // whole sends a non-streamed response.
-func (o *responseWriter) whole(text, finish string, usage []byte) error {
+func (o *responseWriter) whole(text string, u tokenUsage) error {
 	b := o.head(nil, false)
 	b = append(b, `,"choices":[`...)
-	b = o.choice(b, text, true, false, finish)
+	b = o.choice(b, text, true, false, finishLength)
 	b = append(b, `],"usage":`...)
-	b = append(b, usage...)
-	b = append(b, "}\n"...)
-	o.w.Header().Set("Content-Type", "application/json")
-	o.w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-	_, err := o.w.Write(b)
-	return err
+	b = appendUsage(b, u)
+	return writeWhole(o.w, append(b, "}\n"...))
 }
 
-// usageJSON renders the usage object as vLLM does with prompt token details
-// enabled (--enable-prompt-tokens-details): cached is the prompt tokens
-// served from the prefix cache, in prompt_tokens_details.cached_tokens.
-func usageJSON(prompt, completion, cached int) []byte {
-	b := []byte(`{"prompt_tokens":`)
-	b = strconv.AppendInt(b, int64(prompt), 10)
+// finishLength is the finish_reason of an answer that reached its
+// max_tokens, as every simulated answer does.
+const finishLength = "length"
+
+// appendUsage appends the usage object as vLLM renders it with prompt
+// token details enabled (--enable-prompt-tokens-details): the prompt tokens
+// served from the prefix cache are prompt_tokens_details.cached_tokens.
+func appendUsage(b []byte, u tokenUsage) []byte {
+	b = append(b, `{"prompt_tokens":`...)
+	b = strconv.AppendInt(b, int64(u.Prompt), 10)
 	b = append(b, `,"total_tokens":`...)
-	b = strconv.AppendInt(b, int64(prompt+completion), 10)
+	b = strconv.AppendInt(b, int64(u.Prompt+u.Output), 10)
 	b = append(b, `,"completion_tokens":`...)
-	b = strconv.AppendInt(b, int64(completion), 10)
+	b = strconv.AppendInt(b, int64(u.Output), 10)
 	b = append(b, `,"prompt_tokens_details":{"cached_tokens":`...)
-	b = strconv.AppendInt(b, int64(cached), 10)
+	b = strconv.AppendInt(b, int64(u.Cached), 10)
 	return append(b, "}}"...)
 }
 

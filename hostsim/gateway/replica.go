@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpuroute/gpuroute/hostsim/fleetsim"
+	"github.com/gpuroute/gpuroute/plugin/openai"
 	"github.com/gpuroute/gpuroute/scoring"
 )
 
@@ -93,9 +94,11 @@ type ReplicaRequest struct {
 }
 
 // Replica is a simulated OpenAI-compatible model server (an http.Handler):
-// /v1/chat/completions and /v1/completions (SSE when "stream" is true),
-// /metrics in vLLM's format, and the engines' informational endpoints
-// (engineapi.go). The engine behind it is the fleet simulator's
+// /v1/chat/completions, /v1/completions, the Anthropic Messages API
+// /v1/messages and the OpenAI Responses API /v1/responses (agents.go), each
+// streamed as SSE when "stream" is true, with the cached prompt tokens in
+// its usage; /metrics in vLLM's format; and the engines' informational
+// endpoints (engineapi.go). The engine behind it is the fleet simulator's
 // (fleetsim.LiveReplica): continuous batching with chunked prefill, a KV
 // cache that reuses a prompt's cached prefix, LoRA slots with host-memory
 // and storage loads, every duration from the hardware profile times
@@ -155,7 +158,7 @@ func (r *Replica) Requests() []ReplicaRequest {
 	return append([]ReplicaRequest(nil), r.requests...)
 }
 
-// ServeHTTP answers the OpenAI endpoints, /metrics and the engines'
+// ServeHTTP answers the four generation endpoints, /metrics and the engines'
 // informational endpoints (engineapi.go).
 func (r *Replica) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if req.Method == http.MethodGet && r.serveEngineAPI(w, req) {
@@ -165,7 +168,7 @@ func (r *Replica) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	case PathMetrics:
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		_, _ = w.Write(r.MetricsText(nil))
-	case PathChatCompletions, PathCompletions:
+	case PathChatCompletions, PathCompletions, PathMessages, PathResponses:
 		if req.Method != http.MethodPost {
 			openAIError(w, http.StatusMethodNotAllowed, "replica: "+req.URL.Path+" takes POST, got "+req.Method)
 			return
@@ -243,28 +246,71 @@ func (c *completionRequest) promptText(chat bool) (string, error) {
 	return b.String(), nil
 }
 
+// request is what the replica reads from a request to any of its four
+// generation endpoints.
+type request struct {
+	model        string
+	prompt       string
+	maxTokens    int
+	stream       bool
+	includeUsage bool // chat and completions: stream_options.include_usage
+}
+
+// readRequest reads and parses the body of a request to path.
+func readRequest(path string, body io.Reader) (request, error) {
+	b, err := io.ReadAll(io.LimitReader(body, maxBodyBytes))
+	if err != nil {
+		return request{}, errors.New("replica: read body: " + err.Error())
+	}
+	switch path {
+	case PathMessages, PathResponses:
+		kind := openai.Messages
+		if path == PathResponses {
+			kind = openai.Responses
+		}
+		return readAgentRequest(kind, b)
+	}
+	c, prompt, maxTokens, err := readCompletion(b, path == PathChatCompletions)
+	if err != nil {
+		return request{}, err
+	}
+	return request{model: c.Model, prompt: prompt, maxTokens: maxTokens, stream: c.Stream,
+		includeUsage: c.StreamOptions != nil && c.StreamOptions.IncludeUsage}, nil
+}
+
+// newAnswerWriter returns the writer of path's answer format.
+func newAnswerWriter(w http.ResponseWriter, path string, q request, id string, created time.Time) answerWriter {
+	switch path {
+	case PathMessages:
+		return &messagesWriter{sse: sse{w: w}, id: "msg_" + id, model: q.model}
+	case PathResponses:
+		return &responsesWriter{sse: sse{w: w}, id: "resp_" + id, itemID: "msg_" + id, model: q.model, created: created.Unix()}
+	}
+	return &responseWriter{sse: sse{w: w}, chat: path == PathChatCompletions, includeUsage: q.includeUsage,
+		id: "cmpl-" + id, model: q.model, created: created.Unix()}
+}
+
 func (r *Replica) serveCompletion(w http.ResponseWriter, req *http.Request) {
-	chat := req.URL.Path == PathChatCompletions
-	c, prompt, maxTokens, err := readCompletion(req.Body, chat)
+	c, err := readRequest(req.URL.Path, req.Body)
 	if err != nil {
 		openAIError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if c.Model == "" {
-		c.Model = r.opts.Model
+	if c.model == "" {
+		c.model = r.opts.Model
 	}
 	adapter := ""
-	if slices.Contains(r.opts.Adapters, c.Model) {
-		adapter = c.Model
+	if slices.Contains(r.opts.Adapters, c.model) {
+		adapter = c.model
 	}
 	start := time.Now()
-	s, err := r.engine.Submit(fleetsim.LiveRequest{Model: r.opts.Model, Adapter: adapter, Prompt: prompt, MaxTokens: maxTokens})
+	s, err := r.engine.Submit(fleetsim.LiveRequest{Model: r.opts.Model, Adapter: adapter, Prompt: c.prompt, MaxTokens: c.maxTokens})
 	if err != nil {
 		openAIError(w, http.StatusServiceUnavailable, "replica: "+err.Error())
 		return
 	}
 	rec := ReplicaRequest{Path: req.URL.Path, Destination: req.Header.Values(HeaderDestination),
-		Model: c.Model, Adapter: adapter, Stream: c.Stream, PromptTokens: s.PromptTokens()}
+		Model: c.model, Adapter: adapter, Stream: c.stream, PromptTokens: s.PromptTokens()}
 	defer func() { r.record(rec) }()
 	ctx := req.Context()
 	defer s.Cancel() // a no-op once complete
@@ -274,22 +320,25 @@ func (r *Replica) serveCompletion(w http.ResponseWriter, req *http.Request) {
 	}
 	rec.TTFT, rec.EngineTTFT, rec.CachedTokens = time.Since(start), s.TTFT(), s.CachedTokens()
 
-	id := "cmpl-" + strconv.FormatUint(maphash.String(r.seed, prompt+start.String()), 36)
+	id := strconv.FormatUint(maphash.String(r.seed, c.prompt+start.String()), 36)
 	w.Header().Set(HeaderReplica, r.opts.Name)
 	w.Header().Set(HeaderCachedTokens, strconv.Itoa(rec.CachedTokens))
-	out := responseWriter{w: w, chat: chat, id: id, model: c.Model, created: start.Unix()}
-	if c.Stream {
+	out := newAnswerWriter(w, req.URL.Path, c, id, start)
+	usage := tokenUsage{Prompt: rec.PromptTokens, Cached: rec.CachedTokens}
+	if c.stream {
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.Header().Set("Cache-Control", "no-cache")
 		w.WriteHeader(http.StatusOK)
+		if out.start(usage) != nil {
+			return
+		}
 	}
 	var text strings.Builder
 	for {
 		for ; rec.OutputTokens < n; rec.OutputTokens++ {
 			tok := TokenText(rec.OutputTokens)
-			if !c.Stream {
-				text.WriteString(tok)
-			} else if out.chunk(tok, rec.OutputTokens == 0, "") != nil {
+			text.WriteString(tok)
+			if c.stream && out.token(tok, rec.OutputTokens == 0) != nil {
 				return
 			}
 		}
@@ -300,30 +349,18 @@ func (r *Replica) serveCompletion(w http.ResponseWriter, req *http.Request) {
 			return
 		}
 	}
-	usage := usageJSON(rec.PromptTokens, rec.OutputTokens, rec.CachedTokens)
-	if c.Stream {
-		if out.chunk("", false, "length") != nil {
-			return
-		}
-		if c.StreamOptions != nil && c.StreamOptions.IncludeUsage && out.usage(usage) != nil {
-			return
-		}
-		if out.done() != nil {
-			return
-		}
-	} else if out.whole(text.String(), "length", usage) != nil {
-		return
+	usage.Output = rec.OutputTokens
+	if c.stream {
+		err = out.end(text.String(), usage)
+	} else {
+		err = out.whole(text.String(), usage)
 	}
-	rec.Completed = true
+	rec.Completed = err == nil
 }
 
-// readCompletion parses a completion request body: the request, its prompt
-// flattened as the plugin reads it, and the output bound.
-func readCompletion(body io.Reader, chat bool) (*completionRequest, string, int, error) {
-	b, err := io.ReadAll(io.LimitReader(body, maxBodyBytes))
-	if err != nil {
-		return nil, "", 0, errors.New("replica: read body: " + err.Error())
-	}
+// readCompletion parses a chat or completions request body: the request,
+// its prompt flattened as the plugin reads it, and the output bound.
+func readCompletion(b []byte, chat bool) (*completionRequest, string, int, error) {
 	var c completionRequest
 	if err := json.Unmarshal(b, &c); err != nil {
 		return nil, "", 0, errors.New("replica: body is not JSON: " + err.Error())
@@ -335,13 +372,21 @@ func readCompletion(body io.Reader, chat bool) (*completionRequest, string, int,
 	maxTokens := defaultMaxTokens
 	for _, p := range []*int{c.MaxTokens, c.MaxCompletionTokens} {
 		if p != nil {
-			if *p < 1 || *p > maxOutputTokens {
-				return nil, "", 0, errors.New("replica: max_tokens must be in [1, " + strconv.Itoa(maxOutputTokens) + "], got " + strconv.Itoa(*p))
+			if maxTokens, err = outputBound(int64(*p)); err != nil {
+				return nil, "", 0, err
 			}
-			maxTokens = *p
 		}
 	}
 	return &c, prompt, maxTokens, nil
+}
+
+// outputBound checks a request's output bound: vLLM refuses one beyond the
+// context, and the replica one beyond maxOutputTokens.
+func outputBound(n int64) (int, error) {
+	if n < 1 || n > maxOutputTokens {
+		return 0, errors.New("replica: max_tokens must be in [1, " + strconv.Itoa(maxOutputTokens) + "], got " + strconv.FormatInt(n, 10))
+	}
+	return int(n), nil
 }
 
 // TokenText is the text of the i-th generated token: numbered, so a client

@@ -1,6 +1,7 @@
 // Command gpuroute-replica serves one simulated OpenAI-compatible model
-// server (hostsim/gateway.Replica): /v1/chat/completions and
-// /v1/completions (SSE when "stream" is true), /metrics in vLLM's format,
+// server (hostsim/gateway.Replica): /v1/chat/completions, /v1/completions,
+// /v1/messages (Anthropic Messages) and /v1/responses (OpenAI Responses),
+// SSE when "stream" is true, /metrics in vLLM's format,
 // and the endpoints routers call on vLLM and SGLang workers (/health,
 // /v1/models, /get_model_info, /get_server_info, /get_load, /load).
 //
