@@ -262,9 +262,8 @@ type Config struct {
 	LearnKVCapacity bool
 	// RecordAnswers hashes each streamed answer after its prompt and
 	// records it for the replica that answered, so a conversation's next
-	// turn finds its previous answer cached there (off by default: on the
-	// simulator's single-turn loads with long outputs it cost more TTFT
-	// than it bought on multi-turn ones; docs/design.md "Engine feedback").
+	// turn finds its previous answer cached there (on by default; the
+	// trade-off it makes across loads: docs/design.md "Engine feedback").
 	RecordAnswers bool
 	// SessionHeader, when set, names the request header whose value keys
 	// a session: the replica that served the session's last request is
@@ -343,6 +342,7 @@ func Parse(data []byte) (*Config, error) {
 		PassiveBackoffMillis:   DefaultPassiveBackoffMillis,
 		Params:                 scoring.DefaultParams(),
 		Flow:                   defaultFlowControl(),
+		RecordAnswers:          true,
 	}
 	var seen seenKeys
 	var topNames nameOverrides   // metric_names

@@ -75,10 +75,10 @@ func TestParseAccepts(t *testing.T) {
 			return c.LeaseMillis == 1500 && !isAdapter && c.MaxBodyBytes == DefaultMaxBodyBytes && c.Replicas[0].AdapterSlots == -1
 		}},
 		{name: "engine feedback defaults", in: `{"replicas":[{"name":"a","address":"10.0.0.1:1"}]}`, check: func(c *Config) bool {
-			return !c.LearnKVCapacity && !c.RecordAnswers && c.SessionHeader == ""
+			return !c.LearnKVCapacity && c.RecordAnswers && c.SessionHeader == ""
 		}},
-		{name: "engine feedback keys", in: `{"replicas":[{"name":"a","address":"10.0.0.1:1"}],"learn_kv_capacity":true,"record_answers":true,"session_header":"x-session-id"}`, check: func(c *Config) bool {
-			return c.LearnKVCapacity && c.RecordAnswers && c.SessionHeader == "x-session-id"
+		{name: "engine feedback keys", in: `{"replicas":[{"name":"a","address":"10.0.0.1:1"}],"learn_kv_capacity":true,"record_answers":false,"session_header":"x-session-id"}`, check: func(c *Config) bool {
+			return c.LearnKVCapacity && !c.RecordAnswers && c.SessionHeader == "x-session-id"
 		}},
 		{name: "scraper role", in: `{"replicas":[{"name":"a","address":"10.0.0.1:1"}],"role":"scraper"}`, check: func(c *Config) bool {
 			return c.Scraper

@@ -13,7 +13,7 @@ import (
 // tests write.
 func feedbackFleet(t *testing.T) *testFleet {
 	t.Helper()
-	f := newTestFleet(t, 1, 2, `,"record_answers":true`)
+	f := newTestFleet(t, 1, 2, "")
 	f.advance(time.Second)
 	return f
 }
