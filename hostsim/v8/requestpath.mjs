@@ -33,6 +33,7 @@ const destinationHeader = 'x-gateway-destination-endpoint';
 const Ok = 0;
 const NotFound = 1;
 const CasMismatch = 8;
+const Empty = 7;
 const InternalFailure = 10;
 const BufferType = { RequestBody: 0, ResponseBody: 1, HttpCallResponseBody: 4, VmConfiguration: 6, PluginConfiguration: 7 };
 const MapType = { RequestHeaders: 0, ResponseHeaders: 2, HttpCallResponseHeaders: 6 };
@@ -110,6 +111,11 @@ class Host {
     // same times, so they do the same work.
     this.clock = start;
     this.shared = new Map(); // key -> { value: Uint8Array, cas }
+    // Shared queues by name (one vm_id here) and by id; the
+    // benchmark's traffic never holds a request, so a message waits for a
+    // dequeue (no proxy_on_queue_ready is delivered).
+    this.queueIds = new Map();
+    this.queues = [];
     this.cas = 0;
     this.metrics = []; // id -> { name, value }
     this.metricIds = new Map();
@@ -281,6 +287,42 @@ class VM {
         m.value = v;
         return Ok;
       },
+      proxy_get_metric: (id, retPtr) => {
+        const m = host.metrics[id];
+        if (!m) return NotFound;
+        this.views().view.setBigUint64(retPtr, BigInt.asUintN(64, m.value), true);
+        return Ok;
+      },
+      proxy_register_shared_queue: (np, nn, retID) => {
+        const name = this.string(np, nn);
+        let id = host.queueIds.get(name);
+        if (id === undefined) {
+          id = host.queues.length + 1;
+          host.queues.push([]);
+          host.queueIds.set(name, id);
+        }
+        this.u32(retID, id);
+        return Ok;
+      },
+      proxy_resolve_shared_queue: (vp, vn, np, nn, retID) => {
+        const id = host.queueIds.get(this.string(np, nn));
+        if (id === undefined) return NotFound;
+        this.u32(retID, id);
+        return Ok;
+      },
+      proxy_enqueue_shared_queue: (id, vp, vn) => {
+        const q = host.queues[id - 1];
+        if (!q) return NotFound;
+        q.push(this.bytes(vp, vn).slice());
+        return Ok;
+      },
+      proxy_dequeue_shared_queue: (id, retPtr, retLen) => {
+        const q = host.queues[id - 1];
+        if (!q) return NotFound;
+        if (q.length === 0) return Empty;
+        return this.give(q.shift(), retPtr, retLen);
+      },
+      proxy_continue_stream: () => Ok,
       proxy_get_property: () => NotFound,
       proxy_set_effective_context: () => Ok,
     };

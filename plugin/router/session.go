@@ -57,8 +57,12 @@ type streamSession struct {
 	promptTokens int
 }
 
+// setup empties the table. Its slots are allocated at the first session
+// remembered, once: a fleet that uses neither session headers nor the
+// Responses API keeps a live heap without them (the gc-pressure fault
+// scenario holds the module's memory flat after its warm-up).
 func (t *sessions) setup() {
-	t.slots = make([]sessionEntry, sessionSlots)
+	t.slots, t.clock = nil, 0
 }
 
 // sessionKey mixes a key's kind, its tenant and its value's hash into a
@@ -77,6 +81,9 @@ func headerKey(v []byte) uint64 {
 }
 
 func (t *sessions) find(key uint64) *sessionEntry {
+	if t.slots == nil {
+		return nil
+	}
 	home := int(key>>32) & (sessionSlots - 1)
 	for j := range sessionProbe {
 		if e := &t.slots[(home+j)&(sessionSlots-1)]; e.key == key {
@@ -88,6 +95,9 @@ func (t *sessions) find(key uint64) *sessionEntry {
 
 // remember records that replica served key's session, tokens of it.
 func (t *sessions) remember(key uint64, replica, tokens int) {
+	if t.slots == nil {
+		t.slots = make([]sessionEntry, sessionSlots)
+	}
 	t.clock++
 	home := int(key>>32) & (sessionSlots - 1)
 	at := -1
