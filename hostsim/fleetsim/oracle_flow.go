@@ -45,7 +45,10 @@ func (o *oracleFlow) start() {
 		o.free = append(o.free, uint32(i))
 	}
 	o.last = 0
-	o.shares = flow.NewShares(64)
+	o.shares = nil
+	if o.cfg.TenantHeader != "" {
+		o.shares = flow.NewShares(flow.DefaultShareTenants)
+	}
 }
 
 // tenantKey is req's fairness key (0: none).

@@ -37,12 +37,9 @@ type flowControl struct {
 	stats    flowStats
 	// shares counts this worker's requests in flight per tenant: a
 	// tenant above its fair share is held at a shorter queue (bound).
+	// Nil without a tenant_header: every request is the one tenant.
 	shares *flow.Shares
 }
-
-// maxShareTenants bounds the tenants whose requests in flight a worker
-// counts at once.
-const maxShareTenants = 64
 
 // maxReleaseScan bounds the held requests one release offers to Pick:
 // each costs a decision.
@@ -65,7 +62,9 @@ func (f *flowControl) setup(r *root, cfg *config.FlowControl) {
 	}
 	f.stats.bands = make([]bandStats, len(cfg.Bands))
 	f.peers.r, f.peers.top = r, -1
-	f.shares = flow.NewShares(maxShareTenants)
+	if cfg.TenantHeader != "" {
+		f.shares = flow.NewShares(flow.DefaultShareTenants)
+	}
 }
 
 // bound is the queue, in seconds, past which a request of s's tenant in
@@ -79,17 +78,9 @@ func (f *flowControl) bound(s *stream, band int) float64 {
 
 // sent counts s's request in flight for its tenant (stream.dispatch);
 // finished uncounts it when the stream ends.
-func (f *flowControl) sent(s *stream) {
-	if f.shares != nil {
-		f.shares.Add(s.tenant, 1)
-	}
-}
+func (f *flowControl) sent(s *stream) { f.shares.Add(s.tenant, 1) }
 
-func (f *flowControl) finished(s *stream) {
-	if f.shares != nil {
-		f.shares.Add(s.tenant, -1)
-	}
-}
+func (f *flowControl) finished(s *stream) { f.shares.Add(s.tenant, -1) }
 
 // start defines the stats and learns the vm_id the wake queues are named
 // under, once the host accepted the configuration (OnPluginStart).

@@ -13,8 +13,12 @@ type Shares struct {
 	total  int // requests in flight
 }
 
+// DefaultShareTenants is the tenants a router's Shares tracks at once.
+const DefaultShareTenants = 64
+
 // NewShares tracks up to max tenants at once; requests of further tenants
-// are not counted, and are never held sooner.
+// are not counted, and are never held sooner. A nil *Shares counts nothing
+// and keeps every hold wait: a router without tenants needs none.
 func NewShares(max int) *Shares {
 	return &Shares{keys: make([]uint64, max), counts: make([]int32, max)}
 }
@@ -35,6 +39,9 @@ func (s *Shares) slot(tenant uint64) (int, bool) {
 
 // Add counts delta requests (+1 sent, −1 finished) for tenant.
 func (s *Shares) Add(tenant uint64, delta int) {
+	if s == nil {
+		return
+	}
 	i, found := s.slot(tenant)
 	if i < 0 || !found && delta <= 0 {
 		return
@@ -59,6 +66,9 @@ func (s *Shares) Add(tenant uint64, delta int) {
 // keeps holdSec; one sending ten times another's rate waits for a much
 // shorter queue (the fairness workload: docs/simulator.md "Results").
 func (s *Shares) Bound(tenant uint64, holdSec float64) float64 {
+	if s == nil {
+		return holdSec
+	}
 	mine, active := 1, s.active
 	if i, found := s.slot(tenant); found {
 		mine += int(s.counts[i])

@@ -64,3 +64,13 @@ func TestSharesAllocs(t *testing.T) {
 		t.Fatalf("Add and Bound allocate %v times per run, want 0", n)
 	}
 }
+
+// TestNilShares: a router without tenants keeps no Shares; a nil one counts
+// nothing and keeps every hold wait.
+func TestNilShares(t *testing.T) {
+	var s *Shares
+	s.Add(1, 1)
+	if got := s.Bound(1, 3); got != 3 {
+		t.Fatalf("nil Bound(1, 3) = %v, want 3", got)
+	}
+}
