@@ -150,12 +150,13 @@ func (s *Server) open(ctx context.Context, _ int64, _ string) error {
 // request logs an Envoy's refusal of what it was sent: ECDS's negative
 // acknowledgement carries the error (the plugin returning false from
 // proxy_on_configure shows up here), and that Envoy keeps its last
-// configuration.
+// configuration. The count moves after the log line is written (TestServe
+// reads both).
 func (s *Server) request(_ int64, req *discoveryv3.DiscoveryRequest) error {
 	if d := req.GetErrorDetail(); d != nil {
-		s.rejections.Add(1)
 		s.log.Warn("envoy refused the gpuroute filter", "node", req.GetNode().GetId(),
 			"kept_version", req.GetVersionInfo(), "error", d.GetMessage())
+		s.rejections.Add(1) // after the line, so a counted refusal is already logged
 	}
 	return nil
 }

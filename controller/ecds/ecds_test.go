@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -134,7 +135,7 @@ func TestServe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs bytes.Buffer
+	var logs lockedBuffer
 	srv, err := New(tmpl, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -174,9 +175,33 @@ func TestServe(t *testing.T) {
 	if cfg, v, _ := late.receive(); addresses(cfg) != "10.0.0.1:8000,10.0.0.2:8000,10.0.0.3:8000" || v != v2 {
 		t.Errorf("late subscriber: replicas %s version %q, want the current three at %q", addresses(cfg), v, v2)
 	}
+	// The refusal arrives on the first stream, which the server may read
+	// after the late subscriber's push: wait for it, with a bound.
+	for deadline := time.Now().Add(5 * time.Second); srv.Rejections() == 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	if srv.Rejections() != 1 || !strings.Contains(logs.String(), `error="config: replicas[2].hardware \"h999\" is not a known profile"`) {
 		t.Errorf("after a refusal: %d rejections, log %q; want 1 and the refusal logged", srv.Rejections(), logs.String())
 	}
+}
+
+// lockedBuffer is a log sink the server's stream goroutines write while the
+// test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // TestPublishRefused: a list the plugin would refuse is never served.
