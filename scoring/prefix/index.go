@@ -24,10 +24,10 @@ import (
 //
 // Bounds: each replica holds at most its KV capacity in checkpoints (set
 // with SetCapacityTokens), and the whole table at most its entry budget;
-// beyond either, the least recently recorded entries go in batches, so
-// eviction is amortized O(1): a thirty-second of the replica's entries (its
-// engine evicts block by block, and a bigger batch forgets prefixes the
-// engine still holds), a quarter of the table's.
+// beyond either, the least recently recorded entries go. A replica at its
+// capacity loses one of its oldest entries per new one, as its engine
+// evicts block by block (evictReplica); the table loses a quarter of its
+// entries at once. Both are amortized O(1) per insert.
 //
 // Not safe for concurrent use. The zero value is not ready; use
 // NewIndex or UnmarshalBinary.
@@ -47,6 +47,11 @@ type Index struct {
 	// the fleet: replicas with small KV caches evict every few dozen
 	// dispatches.
 	lists [][]int32
+	// evictCut and evictPos drive a replica's eviction (evictReplica): its
+	// entries stamped at or before evictCut are the ones to go, and its
+	// list before evictPos holds none of them.
+	evictCut []uint32
+	evictPos []int32
 	// filter has, for every live entry (h, rep), bit (rep-1)%64 set in
 	// word h&fmask: a superset, as removals leave their bits (Clear and
 	// rebuild recompute it), so Lookup skips the table where the bit is
@@ -144,6 +149,8 @@ func (x *Index) init(cfg IndexConfig) {
 	x.count = make([]int32, cfg.MaxReplicas)
 	x.capN = make([]int32, cfg.MaxReplicas)
 	x.lists = make([][]int32, cfg.MaxReplicas)
+	x.evictCut = make([]uint32, cfg.MaxReplicas)
+	x.evictPos = make([]int32, cfg.MaxReplicas)
 	x.used, x.dead, x.clock = 0, 0, 0
 }
 
@@ -174,12 +181,15 @@ func (x *Index) Forget(replica int) {
 	}
 	x.lists[replica] = x.lists[replica][:0]
 	x.count[replica] = 0
+	x.evictPos[replica] = 0
 }
 
 func (x *Index) clearLists() {
 	for r := range x.lists {
 		x.lists[r] = x.lists[r][:0]
 	}
+	// The lists are refilled in another order: every sweep starts over.
+	clear(x.evictPos)
 }
 
 // unlist removes the live entry at slot i from its replica's list (the
@@ -287,6 +297,11 @@ func (x *Index) place(e indexEntry) {
 	replica := int(e.rep - 1)
 	if c := x.capN[replica]; c > 0 && x.count[replica] >= c {
 		x.evict(replica)
+		if x.count[replica] >= c {
+			// Over a lowered capacity: one more, so the excess drains
+			// an entry per insert.
+			x.evict(replica)
+		}
 	}
 	if x.used >= x.cfg.MaxEntries {
 		x.evict(-1)
@@ -314,12 +329,11 @@ func (x *Index) insert(e indexEntry) {
 	x.count[r]++
 }
 
-// evict removes about the oldest 1/replicaEvictShare (by count) of
-// replica's entries, or a quarter of all entries when replica < 0, at least
-// one: a 64-bucket histogram of
-// ages finds the cut in three passes (over the replica's list, or over the
-// table), so eviction is amortized O(1) per insert. Ages are clock −
-// stamp, so clock wrap-around is harmless.
+// evict makes room for one entry of replica (evictReplica), or removes
+// about the oldest quarter of all entries when replica < 0: a 64-bucket
+// histogram of ages finds the cut in three passes over the table, so
+// eviction is amortized O(1) per insert. Ages are clock − stamp, so clock
+// wrap-around is harmless.
 func (x *Index) evict(replica int) {
 	if replica >= 0 {
 		x.evictReplica(replica)
@@ -353,12 +367,46 @@ func (x *Index) evict(replica int) {
 	}
 }
 
-// evictReplica is evict for one replica, over its list: the same entries
-// go as a scan of the whole table would remove.
+// evictReplica removes one of replica's oldest entries: the first, in
+// list order from evictPos on, of those stamped at or before evictCut.
+// When the sweep reaches the list's end, cutReplica marks the oldest
+// 1/replicaEvictShare anew and the sweep starts over. A sweep visits the
+// list once for about that many evictions, so one insert costs a few
+// entries' visits, and the passes over the whole list come once per
+// replicaEvictShare-th of its entries instead of with every eviction
+// (TestPrefixIndexReplicaEvictsOldest; the request path's tail,
+// docs/performance.md).
 func (x *Index) evictReplica(replica int) {
+	for range 2 {
+		l := x.lists[replica]
+		cut := x.evictCut[replica]
+		for j := int(x.evictPos[replica]); j < len(l); j++ {
+			i := l[j]
+			if e := &x.slots[i]; int32(cut-e.stamp) >= 0 {
+				// unlist moves the list's last entry to j: the sweep
+				// goes on from j.
+				x.evictPos[replica] = int32(j)
+				x.unlist(i)
+				x.count[replica]--
+				e.rep = tombRep
+				x.used--
+				x.dead++
+				return
+			}
+		}
+		if !x.cutReplica(replica) {
+			return
+		}
+	}
+}
+
+// cutReplica sets evictCut to the stamp at or before which about the
+// oldest 1/replicaEvictShare of replica's entries lie (at least one
+// entry), and restarts the sweep; false when replica holds nothing.
+func (x *Index) cutReplica(replica int) bool {
 	l := x.lists[replica]
 	if len(l) == 0 {
-		return
+		return false
 	}
 	oldest, newest := x.clock-x.slots[l[0]].stamp, x.clock-x.slots[l[0]].stamp
 	for _, i := range l {
@@ -372,17 +420,9 @@ func (x *Index) evictReplica(replica int) {
 		hist[(x.clock-x.slots[i].stamp-newest)>>shift]++
 	}
 	cut := cutBucket(&hist, len(l)/replicaEvictShare)
-	// Backwards, so that unlist's swap brings in an entry already seen.
-	for j := len(l) - 1; j >= 0; j-- {
-		i := x.lists[replica][j]
-		if e := &x.slots[i]; int((x.clock-e.stamp-newest)>>shift) >= cut {
-			x.unlist(i)
-			x.count[replica]--
-			e.rep = tombRep
-			x.used--
-			x.dead++
-		}
-	}
+	x.evictCut[replica] = x.clock - newest - uint32(cut)<<shift
+	x.evictPos[replica] = 0
+	return true
 }
 
 // ageCut returns evict's bucket cut and shift to remove target of the live
@@ -400,11 +440,11 @@ func ageCut(slots []indexEntry, live func(*indexEntry) bool, clock uint32, targe
 	return uint32(cutBucket(&hist, target)), shift
 }
 
-// replicaEvictShare sets the batch of a replica's eviction. The engine's
-// KV cache evicts block by block; a quarter at once (as for the table)
-// makes the index forget prefixes the engine still holds, and their
-// requests go cold to another replica.
-const replicaEvictShare = 32
+// replicaEvictShare sets the oldest share of a replica's entries its
+// eviction chooses among: the engine's KV cache evicts least recently used
+// blocks, so the entry that goes is among the oldest, and a smaller share
+// would pass over the whole list more often.
+const replicaEvictShare = 8
 
 // cutBucket returns the first bucket to remove: whole buckets go from the
 // oldest until target entries (at least one) are gone.

@@ -403,3 +403,41 @@ func TestPrefixIndexReplicaEvictsLittle(t *testing.T) {
 		t.Errorf("Lookup(an eighth-oldest chain) = %v, want still held (the engine would still hold it)", out)
 	}
 }
+
+// TestPrefixIndexReplicaEvictsOldest: a replica at its KV capacity loses
+// one entry per new one, always among its oldest, never one recorded again
+// since: 80 inserts over a capacity of 640 one-checkpoint chains remove
+// exactly the 80 oldest, and the oldest chain, recorded again first,
+// stays. A lowered capacity drains an entry per insert.
+func TestPrefixIndexReplicaEvictsOldest(t *testing.T) {
+	const capacity, over = 640, 80
+	x := NewIndex(IndexConfig{BlockChars: 64, Stride: 4, MaxEntries: 1 << 16, MaxReplicas: 2})
+	x.SetCapacityTokens(0, 16*4*capacity)
+	held := func(i int) bool {
+		out := make([]int, 2)
+		x.Lookup(chainN(uint64(i), 0, 4, 4), out)
+		return out[0] > 0
+	}
+	for i := range capacity {
+		x.Record(0, chainN(uint64(i), 0, 4, 4))
+	}
+	x.Record(0, chainN(0, 0, 4, 4)) // the oldest, now the newest
+	for i := capacity; i < capacity+over; i++ {
+		x.Record(0, chainN(uint64(i), 0, 4, 4))
+		if got := x.count[0]; got != capacity {
+			t.Fatalf("after recording chain %d: replica 0 holds %d checkpoints, want %d", i, got, capacity)
+		}
+	}
+	for i := range capacity + over {
+		if want := i == 0 || i > over; held(i) != want {
+			t.Errorf("chain %d held = %v, want %v (the %d oldest go, chain 0 was recorded again)", i, held(i), want, over)
+		}
+	}
+	x.SetCapacityTokens(0, 16*4*(capacity-10))
+	for i := range 10 {
+		x.Record(0, chainN(uint64(10_000+i), 0, 4, 4))
+	}
+	if got := x.count[0]; got != capacity-10 {
+		t.Errorf("10 inserts after lowering the capacity by 10: replica 0 holds %d, want %d", got, capacity-10)
+	}
+}
