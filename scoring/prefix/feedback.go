@@ -46,16 +46,9 @@ func (x *Index) DropOlder(replica int, stamp uint32) int {
 	if replica < 0 || replica >= len(x.count) {
 		return 0
 	}
-	// Backwards, so that unlist's swap brings in an entry already seen.
-	for j := len(x.lists[replica]) - 1; j >= 0; j-- {
-		i := x.lists[replica][j]
-		if e := &x.slots[i]; int32(e.stamp-stamp) < 0 {
-			x.unlist(i)
-			x.count[replica]--
-			e.rep = tombRep
-			x.used--
-			x.dead++
-		}
+	// The recency list is in stamp order: the older entries are its tail.
+	for i := x.oldest[replica]; i >= 0 && int32(x.slots[i].stamp-stamp) < 0; i = x.oldest[replica] {
+		x.drop(i)
 	}
 	return int(x.count[replica])
 }

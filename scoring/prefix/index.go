@@ -25,9 +25,9 @@ import (
 // Bounds: each replica holds at most its KV capacity in checkpoints (set
 // with SetCapacityTokens), and the whole table at most its entry budget;
 // beyond either, the least recently recorded entries go. A replica at its
-// capacity loses one of its oldest entries per new one, as its engine
-// evicts block by block (evictReplica); the table loses a quarter of its
-// entries at once. Both are amortized O(1) per insert.
+// capacity loses its least recently recorded entry per new one, as its
+// engine evicts block by block (evictReplica, O(1)); the table loses a
+// quarter of its entries at once (amortized O(1) per insert).
 //
 // Not safe for concurrent use. The zero value is not ready; use
 // NewIndex or UnmarshalBinary.
@@ -41,17 +41,15 @@ type Index struct {
 	clock   uint32
 	count   []int32 // live entries per replica
 	capN    []int32 // checkpoint budget per replica (0: table budget only)
-	// lists holds, per replica, the slots of its live entries (each
-	// entry's pos is its place in its list), so that a replica's eviction
-	// walks its own entries instead of the whole table, which is sized for
-	// the fleet: replicas with small KV caches evict every few dozen
-	// dispatches.
-	lists [][]int32
-	// evictCut and evictPos drive a replica's eviction (evictReplica): its
-	// entries stamped at or before evictCut are the ones to go, and its
-	// list before evictPos holds none of them.
-	evictCut []uint32
-	evictPos []int32
+	// newest and oldest are, per replica, the slots at the two ends of its
+	// recency list: its live entries linked from the most to the least
+	// recently recorded (indexEntry.older, .newer; -1 at the ends). A
+	// replica's eviction takes its oldest entry instead of searching the
+	// table, which is sized for the fleet, and a refresh moves an entry to
+	// the front, so the list stays in stamp order (TestIndexListsInvariant).
+	newest, oldest []int32
+	// ends is rebuild's copy of oldest.
+	ends []int32
 	// filter has, for every live entry (h, rep), bit (rep-1)%64 set in
 	// word h&fmask: a superset, as removals leave their bits (Clear and
 	// rebuild recompute it), so Lookup skips the table where the bit is
@@ -84,8 +82,10 @@ type IndexConfig struct {
 type indexEntry struct {
 	hash  uint32
 	stamp uint32
-	pos   int32  // index of this slot in lists[rep-1] while live
-	rep   uint16 // replica + 1; 0 empty; tombRep tombstone
+	// newer and older are the neighbouring slots in the replica's recency
+	// list while live (-1: none).
+	newer, older int32
+	rep          uint16 // replica + 1; 0 empty; tombRep tombstone
 }
 
 const (
@@ -148,9 +148,10 @@ func (x *Index) init(cfg IndexConfig) {
 	x.fmask = uint32(len(x.filter) - 1)
 	x.count = make([]int32, cfg.MaxReplicas)
 	x.capN = make([]int32, cfg.MaxReplicas)
-	x.lists = make([][]int32, cfg.MaxReplicas)
-	x.evictCut = make([]uint32, cfg.MaxReplicas)
-	x.evictPos = make([]int32, cfg.MaxReplicas)
+	x.newest = make([]int32, cfg.MaxReplicas)
+	x.oldest = make([]int32, cfg.MaxReplicas)
+	x.ends = make([]int32, cfg.MaxReplicas)
+	x.clearLists()
 	x.used, x.dead, x.clock = 0, 0, 0
 }
 
@@ -174,34 +175,59 @@ func (x *Index) Forget(replica int) {
 	if replica < 0 || replica >= len(x.count) {
 		return
 	}
-	for _, i := range x.lists[replica] {
+	for i := x.newest[replica]; i >= 0; i = x.slots[i].older {
 		x.slots[i].rep = tombRep
 		x.used--
 		x.dead++
 	}
-	x.lists[replica] = x.lists[replica][:0]
+	x.newest[replica], x.oldest[replica] = -1, -1
 	x.count[replica] = 0
-	x.evictPos[replica] = 0
 }
 
 func (x *Index) clearLists() {
-	for r := range x.lists {
-		x.lists[r] = x.lists[r][:0]
+	for r := range x.newest {
+		x.newest[r], x.oldest[r] = -1, -1
 	}
-	// The lists are refilled in another order: every sweep starts over.
-	clear(x.evictPos)
 }
 
-// unlist removes the live entry at slot i from its replica's list (the
-// caller then makes the slot a tombstone).
-func (x *Index) unlist(i int32) {
+// link puts the live entry at slot i at the front of its replica's
+// recency list.
+func (x *Index) link(i int32) {
 	e := &x.slots[i]
-	l := x.lists[e.rep-1]
-	last := int32(len(l) - 1)
-	moved := l[last]
-	l[e.pos] = moved
-	x.slots[moved].pos = e.pos
-	x.lists[e.rep-1] = l[:last]
+	r := e.rep - 1
+	e.newer, e.older = -1, x.newest[r]
+	if e.older >= 0 {
+		x.slots[e.older].newer = i
+	} else {
+		x.oldest[r] = i
+	}
+	x.newest[r] = i
+}
+
+// unlink takes the live entry at slot i out of its replica's recency list.
+func (x *Index) unlink(i int32) {
+	e := &x.slots[i]
+	r := e.rep - 1
+	if e.newer >= 0 {
+		x.slots[e.newer].older = e.older
+	} else {
+		x.newest[r] = e.older
+	}
+	if e.older >= 0 {
+		x.slots[e.older].newer = e.newer
+	} else {
+		x.oldest[r] = e.newer
+	}
+}
+
+// drop removes the live entry at slot i (a tombstone takes its place).
+func (x *Index) drop(i int32) {
+	x.unlink(i)
+	e := &x.slots[i]
+	x.count[e.rep-1]--
+	e.rep = tombRep
+	x.used--
+	x.dead++
 }
 
 // SetCapacityTokens bounds replica's entries by its KV cache size: a
@@ -286,6 +312,10 @@ func (x *Index) put(replica int, chainHash uint64) {
 	h := uint32(chainHash >> 32)
 	if i := x.find(h, rep); i >= 0 {
 		x.slots[i].stamp = x.clock
+		if x.newest[replica] != int32(i) {
+			x.unlink(int32(i))
+			x.link(int32(i))
+		}
 		return
 	}
 	x.place(indexEntry{hash: h, stamp: x.clock, rep: rep})
@@ -321,9 +351,8 @@ func (x *Index) insert(e indexEntry) {
 		x.dead--
 	}
 	r := e.rep - 1
-	e.pos = int32(len(x.lists[r]))
-	x.lists[r] = append(x.lists[r], int32(i))
 	x.slots[i] = e
+	x.link(int32(i))
 	x.filter[e.hash&x.fmask] |= 1 << (r & 63)
 	x.used++
 	x.count[r]++
@@ -358,71 +387,16 @@ func (x *Index) evict(replica int) {
 	cut, shift := ageCut(x.slots, live, x.clock, n/4, newest, oldest)
 	for i := range x.slots {
 		if e := &x.slots[i]; live(e) && (x.clock-e.stamp-newest)>>shift >= cut {
-			x.unlist(int32(i))
-			x.count[e.rep-1]--
-			e.rep = tombRep
-			x.used--
-			x.dead++
+			x.drop(int32(i))
 		}
 	}
 }
 
-// evictReplica removes one of replica's oldest entries: the first, in
-// list order from evictPos on, of those stamped at or before evictCut.
-// When the sweep reaches the list's end, cutReplica marks the oldest
-// 1/replicaEvictShare anew and the sweep starts over. A sweep visits the
-// list once for about that many evictions, so one insert costs a few
-// entries' visits, and the passes over the whole list come once per
-// replicaEvictShare-th of its entries instead of with every eviction
-// (TestPrefixIndexReplicaEvictsOldest; the request path's tail,
-// docs/performance.md).
+// evictReplica removes replica's least recently recorded entry.
 func (x *Index) evictReplica(replica int) {
-	for range 2 {
-		l := x.lists[replica]
-		cut := x.evictCut[replica]
-		for j := int(x.evictPos[replica]); j < len(l); j++ {
-			i := l[j]
-			if e := &x.slots[i]; int32(cut-e.stamp) >= 0 {
-				// unlist moves the list's last entry to j: the sweep
-				// goes on from j.
-				x.evictPos[replica] = int32(j)
-				x.unlist(i)
-				x.count[replica]--
-				e.rep = tombRep
-				x.used--
-				x.dead++
-				return
-			}
-		}
-		if !x.cutReplica(replica) {
-			return
-		}
+	if i := x.oldest[replica]; i >= 0 {
+		x.drop(i)
 	}
-}
-
-// cutReplica sets evictCut to the stamp at or before which about the
-// oldest 1/replicaEvictShare of replica's entries lie (at least one
-// entry), and restarts the sweep; false when replica holds nothing.
-func (x *Index) cutReplica(replica int) bool {
-	l := x.lists[replica]
-	if len(l) == 0 {
-		return false
-	}
-	oldest, newest := x.clock-x.slots[l[0]].stamp, x.clock-x.slots[l[0]].stamp
-	for _, i := range l {
-		age := x.clock - x.slots[i].stamp
-		oldest, newest = max(oldest, age), min(newest, age)
-	}
-	const buckets = 64
-	shift := uint(max(bits.Len32(oldest-newest)-6, 0))
-	var hist [buckets]int
-	for _, i := range l {
-		hist[(x.clock-x.slots[i].stamp-newest)>>shift]++
-	}
-	cut := cutBucket(&hist, len(l)/replicaEvictShare)
-	x.evictCut[replica] = x.clock - newest - uint32(cut)<<shift
-	x.evictPos[replica] = 0
-	return true
 }
 
 // ageCut returns evict's bucket cut and shift to remove target of the live
@@ -440,12 +414,6 @@ func ageCut(slots []indexEntry, live func(*indexEntry) bool, clock uint32, targe
 	return uint32(cutBucket(&hist, target)), shift
 }
 
-// replicaEvictShare sets the oldest share of a replica's entries its
-// eviction chooses among: the engine's KV cache evicts least recently used
-// blocks, so the entry that goes is among the oldest, and a smaller share
-// would pass over the whole list more often.
-const replicaEvictShare = 8
-
 // cutBucket returns the first bucket to remove: whole buckets go from the
 // oldest until target entries (at least one) are gone.
 func cutBucket(hist *[64]int, target int) int {
@@ -459,17 +427,19 @@ func cutBucket(hist *[64]int, target int) int {
 	return cut
 }
 
-// rebuild reinserts live entries to drop tombstones.
+// rebuild reinserts live entries to drop tombstones, each replica's from
+// its oldest, so that its recency list keeps its order.
 func (x *Index) rebuild() {
 	copy(x.scratch, x.slots)
+	copy(x.ends, x.oldest)
 	clear(x.slots)
 	clear(x.filter)
 	clear(x.count)
 	x.clearLists()
 	x.used, x.dead = 0, 0
-	for i := range x.scratch {
-		if e := x.scratch[i]; e.rep != 0 && e.rep != tombRep {
-			x.insert(e)
+	for _, j := range x.ends {
+		for ; j >= 0; j = x.scratch[j].newer {
+			x.insert(x.scratch[j])
 		}
 	}
 }
@@ -547,8 +517,9 @@ func (x *Index) EncodedLen() int {
 // AppendBinary appends the versioned little-endian encoding: a 16-byte
 // header (version, stride, table size, block size, replica and entry
 // bounds, clock), the per-replica budgets, then the live entries (32-bit
-// hash, replica, recency stamp). Table layout is not encoded: decoding
-// reinserts, so the encoding is independent of insertion history.
+// hash, replica, recency stamp), replica by replica from each one's least
+// recently recorded. Table layout is not encoded: decoding reinserts in
+// that order, which rebuilds the recency lists.
 func (x *Index) AppendBinary(b []byte) ([]byte, error) {
 	b = append(b, indexVersion, byte(x.cfg.Stride), byte(bits.Len32(x.mask)), 0)
 	b = le.AppendUint16(b, uint16(x.cfg.BlockChars))
@@ -559,14 +530,13 @@ func (x *Index) AppendBinary(b []byte) ([]byte, error) {
 		b = le.AppendUint32(b, uint32(c))
 	}
 	b = le.AppendUint32(b, uint32(x.used))
-	for i := range x.slots {
-		e := &x.slots[i]
-		if e.rep == 0 || e.rep == tombRep {
-			continue
+	for _, i := range x.oldest {
+		for ; i >= 0; i = x.slots[i].newer {
+			e := &x.slots[i]
+			b = le.AppendUint32(b, e.hash)
+			b = le.AppendUint16(b, e.rep-1)
+			b = le.AppendUint32(b, e.stamp)
 		}
-		b = le.AppendUint32(b, e.hash)
-		b = le.AppendUint16(b, e.rep-1)
-		b = le.AppendUint32(b, e.stamp)
 	}
 	return b, nil
 }

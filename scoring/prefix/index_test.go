@@ -322,11 +322,12 @@ func TestAppendCheckpoints(t *testing.T) {
 	}
 }
 
-// TestIndexListsInvariant: after random records, forgets, evictions,
-// rebuilds and round trips, every replica's slot list holds exactly its
-// live entries (evictReplica walks the list instead of the table), each
-// entry knows its place in the list, the counts agree, and every live
-// entry's bit is set in the filter Lookup tests before the table.
+// TestIndexListsInvariant: after random records, forgets, drops,
+// evictions, rebuilds and round trips, every replica's recency list holds
+// exactly its live entries, from the most to the least recently recorded
+// (evictReplica takes its end), linked both ways, the counts agree, and
+// every live entry's bit is set in the filter Lookup tests before the
+// table.
 func TestIndexListsInvariant(t *testing.T) {
 	for seed := uint64(0); seed < 10; seed++ {
 		rng := rand.New(rand.NewPCG(seed, 7))
@@ -344,8 +345,10 @@ func TestIndexListsInvariant(t *testing.T) {
 				x.Record(rng.IntN(8), chains[rng.IntN(len(chains))])
 			case k < 90:
 				x.RecordCheckpoints(rng.IntN(8), x.AppendCheckpoints(nil, chains[rng.IntN(len(chains))]))
-			case k < 95:
+			case k < 93:
 				x.Forget(rng.IntN(8))
+			case k < 96:
+				x.DropOlder(rng.IntN(8), x.Clock()-uint32(rng.IntN(50)))
 			default:
 				b, _ := x.MarshalBinary()
 				var y Index
@@ -367,14 +370,20 @@ func TestIndexListsInvariant(t *testing.T) {
 		if live != x.used {
 			t.Fatalf("seed %d: %d live slots, used = %d", seed, live, x.used)
 		}
-		for r := range x.lists {
-			if len(x.lists[r]) != int(x.count[r]) {
-				t.Fatalf("seed %d: replica %d list has %d slots, count = %d", seed, r, len(x.lists[r]), x.count[r])
-			}
-			for j, i := range x.lists[r] {
-				if e := x.slots[i]; e.rep != uint16(r+1) || int(e.pos) != j {
-					t.Fatalf("seed %d: replica %d list[%d] = slot %d holding rep %d at pos %d", seed, r, j, i, e.rep, e.pos)
+		for r := range x.newest {
+			n, prev := 0, int32(-1)
+			for i := x.newest[r]; i >= 0; prev, i = i, x.slots[i].older {
+				e := x.slots[i]
+				if e.rep != uint16(r+1) || e.newer != prev {
+					t.Fatalf("seed %d: replica %d list: slot %d holds rep %d, newer %d; want rep %d, newer %d", seed, r, i, e.rep, e.newer, r+1, prev)
 				}
+				if prev >= 0 && x.clock-e.stamp < x.clock-x.slots[prev].stamp {
+					t.Fatalf("seed %d: replica %d list: slot %d (stamp %d) after slot %d (stamp %d): not in recency order", seed, r, i, e.stamp, prev, x.slots[prev].stamp)
+				}
+				n++
+			}
+			if n != int(x.count[r]) || x.oldest[r] != prev {
+				t.Fatalf("seed %d: replica %d list has %d entries ending at %d, count = %d, oldest = %d", seed, r, n, prev, x.count[r], x.oldest[r])
 			}
 		}
 	}
@@ -405,8 +414,7 @@ func TestPrefixIndexReplicaEvictsLittle(t *testing.T) {
 }
 
 // TestPrefixIndexReplicaEvictsOldest: a replica at its KV capacity loses
-// one entry per new one, always among its oldest, never one recorded again
-// since: 80 inserts over a capacity of 640 one-checkpoint chains remove
+// its least recently recorded entry per new one: 80 inserts over a capacity of 640 one-checkpoint chains remove
 // exactly the 80 oldest, and the oldest chain, recorded again first,
 // stays. A lowered capacity drains an entry per insert.
 func TestPrefixIndexReplicaEvictsOldest(t *testing.T) {
