@@ -269,21 +269,15 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 				steps = ceil(x / perStep)
 			}
 			w += step/2 + steps*b*h.DecodeStepSecPerSeq
-			// admissionSec, with kvWaitSec for the KV waits: the
-			// completions that free the excess, one every 2·mean/batch
-			// steps.
+			// admissionSec.
 			kvCap := float64(r.kvCapacity())
-			used := usage * kvCap
 			growth := selF(b*k.ownOut < decodeTok, decodeTok, b*k.ownOut)
-			kvNow := used + float64(accUnseenTokens) + uncached
+			kvNow := usage*kvCap + float64(accUnseenTokens) + uncached
 			kvNeed := kvNow + growth + k.ownOut
 			kvFull := b2u(kvCap > 0) & b2u(kvNeed > kvCap)
-			needHold := selF(used > 0, b, ceil((kvNeed-kvCap)*b/used))
-			needHold = selF(needHold < b, b, needHold)
-			needStart := selF(used > 0, b, ceil((kvNow-kvCap)*b/used))
-			needStart = selF(needStart < b, b, needStart)
-			hold = selF(kvFull != 0, 0, step*needHold*2*decodeTok/(b*b))
-			startHold = selF(b2u(kvCap > 0)&b2u(kvNow > kvCap) != 0, 0, step*needStart*2*decodeTok/(b*b))
+			completion := step * decodeTok / b
+			hold = selF(kvFull != 0, 0, completion)
+			startHold = selF(b2u(kvCap > 0)&b2u(kvNow > kvCap) != 0, 0, completion)
 			excess := qN + b + 1 - float64(r.MaxBatchSeqs)
 			bw := step * excess * 2 * decodeTok / (b * b)
 			batchFull := b2u(r.MaxBatchSeqs > 0) & b2u(excess > 0)

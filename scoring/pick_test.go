@@ -637,15 +637,16 @@ func TestParamsValidate(t *testing.T) {
 // token prompt and nothing queued: the batch costs half a step plus its
 // per-sequence share of the one prefill step; a full KV cache or a full
 // batch adds a wait for completions, the longer of the two, never both.
-// Completions come one every 2·500/100 steps; the KV wait counts those that
-// free the excess, each a running sequence's share of the used cache.
 func TestWaitModel(t *testing.T) {
 	now := 10 * sec
 	h := DefaultHardware()
 	const batch, remaining, n = 100, 500, 2000
 	step := h.DecodeStepSeconds(batch)
 	base := step/2 + 1*batch*h.DecodeStepSecPerSeq // ceil(2000 / (8192 − 100)) = 1 step
-	completions := func(c float64) float64 { return step * c * 2 * remaining / batch }
+	kvWait := step * remaining
+	// 100 running + this one over a limit of 91: 10 completions, one every
+	// 2·500/100 steps.
+	batchWait := step * 10 * 2 * remaining / batch
 	tests := []struct {
 		name      string
 		kvUsage   float64
@@ -655,23 +656,19 @@ func TestWaitModel(t *testing.T) {
 	}{
 		{name: "free kv, no batch limit", kvUsage: 0.5, want: base},
 		{name: "batch below limit", kvUsage: 0.5, maxBatch: 256, want: base},
-		// 399.6k used + 2k prompt + 100 × 256 growth + 256 = 427,456: 27,456
-		// over 400k, 6.9 of the 3,996-token shares.
-		{name: "full kv", kvUsage: 0.999, want: base + completions(7)},
+		{name: "full kv", kvUsage: 0.999, want: base + kvWait},
 		// 380k used + 2k prompt fit in 400k, but not with the 100 × 256
 		// tokens the batch generates while this request generates its
-		// 256: the engine would preempt it. 7,856 over, 2.1 shares of 3,800.
-		{name: "kv outgrown while it runs", kvUsage: 0.95, want: base + completions(3)},
+		// 256: the engine would preempt it.
+		{name: "kv outgrown while it runs", kvUsage: 0.95, want: base + kvWait},
 		// A 10-token answer ends before the batch grows by 1k tokens.
 		{name: "short answer fits", kvUsage: 0.95, maxTokens: 10, want: base},
 		// At 352k used, 256 more tokens a sequence fit; a 1,000-token
-		// answer outlives the batch's 500 remaining each, and 50k do not:
-		// 5,000 over, 1.4 shares of 3,520.
+		// answer outlives the batch's 500 remaining each, and 50k do not.
 		{name: "default answer fits", kvUsage: 0.88, want: base},
-		{name: "long answer", kvUsage: 0.88, maxTokens: 1000, want: base + completions(2)},
-		// 100 running + this one over a limit of 91: 10 completions.
-		{name: "full batch", kvUsage: 0.5, maxBatch: 91, want: base + completions(10)},
-		{name: "full kv and batch", kvUsage: 0.999, maxBatch: 91, want: base + completions(10)},
+		{name: "long answer", kvUsage: 0.88, maxTokens: 1000, want: base + kvWait},
+		{name: "full batch", kvUsage: 0.5, maxBatch: 91, want: base + batchWait},
+		{name: "full kv and batch", kvUsage: 0.999, maxBatch: 91, want: base + max(kvWait, batchWait)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -682,38 +679,7 @@ func TestWaitModel(t *testing.T) {
 			var d Decision
 			Pick(&p, &Request{PromptTokens: n, MaxTokens: tt.maxTokens}, rs, nil, nil, now, &d)
 			if got := waitOf(&d, 0); math.Abs(got-tt.want) > 1e-9 {
-				t.Fatalf("W(kv %v, max batch %d, max_tokens %d) = %v, want %v", tt.kvUsage, tt.maxBatch, tt.maxTokens, got, tt.want)
-			}
-		})
-	}
-}
-
-// TestKVWaitFreesExcess: the KV wait is for the completions that free the
-// excess, so it grows with the excess and shrinks with the batch that frees
-// it, up to the whole batch (twice the mean remaining output): a replica
-// whose cache is a few blocks short is not priced as if it had to wait for
-// a mean remaining output.
-func TestKVWaitFreesExcess(t *testing.T) {
-	h := DefaultHardware()
-	tests := []struct {
-		name            string
-		batch           int64
-		excess, used    float64
-		wantCompletions float64
-	}{
-		{name: "one share short", batch: 100, excess: 3000, used: 300_000, wantCompletions: 1},
-		{name: "just over one share", batch: 100, excess: 3001, used: 300_000, wantCompletions: 2},
-		{name: "ten shares", batch: 100, excess: 30_000, used: 300_000, wantCompletions: 10},
-		{name: "more than the batch holds", batch: 10, excess: 500_000, used: 300_000, wantCompletions: 10},
-		{name: "nothing reported used", batch: 10, excess: 100, used: 0, wantCompletions: 10},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			q := &queue{batch: tt.batch, decodeTokens: float64(tt.batch) * 400}
-			want := q.stepSec(&h) * tt.wantCompletions * 2 * 400 / float64(tt.batch)
-			if got := kvWaitSec(&h, q, tt.excess, tt.used); math.Abs(got-want) > 1e-12 {
-				t.Fatalf("kvWaitSec(batch %d, excess %v, used %v) = %v, want %v (%v completions)",
-					tt.batch, tt.excess, tt.used, got, want, tt.wantCompletions)
+				t.Fatalf("W(kv %v, max batch %d) = %v, want %v", tt.kvUsage, tt.maxBatch, got, tt.want)
 			}
 		})
 	}

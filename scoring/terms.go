@@ -77,10 +77,9 @@ func (q *queue) stepSec(h *Hardware) float64 {
 }
 
 // completionSec is about one mean remaining output of q's batch at its
-// step time, step · decodeTokens / batch, in seconds: the wait for a
-// running request to free an adapter slot (adapterSec; pessimistic: the
-// shortest remaining output is enough when its adapter is the one that
-// leaves).
+// step time, step · decodeTokens / batch, in seconds: the wait for running
+// requests to free KV blocks or a slot (pessimistic: the shortest
+// remaining output is enough when it frees enough).
 func (q *queue) completionSec(h *Hardware) float64 {
 	return q.stepSec(h) * q.decodeTokens / float64(q.batch)
 }
@@ -157,38 +156,37 @@ func interferenceSec(h *Hardware, q *queue, uncached, chunk float64) float64 {
 // sum (TestWaitModel).
 //
 // KV: when the reported usage plus the unseen prompts plus this prompt,
-// plus the tokens generated while this request runs, exceed capacity, the
-// wait for the completions that free the excess (kvWaitSec). The generation
-// counts because the engine admits on the prompt alone and makes room for
-// each decode step by preempting the newest request (vLLM's recompute
-// preemption): this one, which then waits and prefills again. Only this
-// request's lifetime matters: over its expected output each running
-// sequence grows by at most that much (batch · ownOut, capped at the
-// batch's remaining output), so a short request beside long generations is
-// not held for their growth.
+// plus the tokens generated while this request runs, exceed capacity,
+// completionSec. The generation counts because the engine admits on the
+// prompt alone and makes room for each decode step by preempting the
+// newest request (vLLM's recompute preemption): this one, which then waits
+// and prefills again. Only this request's lifetime matters: over its
+// expected output each running sequence grows by at most that much
+// (batch · ownOut, capped at the batch's remaining output), so a short
+// request beside long generations is not held for their growth.
 //
 // Batch: when r.MaxBatchSeqs is known and queue plus batch fill it, the
 // excess waits for as many completions; with remaining outputs spread
 // evenly up to twice their mean, one comes every 2 · mean / batch steps.
 //
 // start is the same wait by the engine's own rule, which admits a prompt
-// that fits in free KV now: the KV wait only when the unseen prompts and
+// that fits in free KV now: completionSec only when the unseen prompts and
 // this one do not, the batch wait as above (Candidate.QueueSec).
 func admissionSec(r *Replica, q *queue, uncached, ownOut float64) (hold, start float64) {
 	b := float64(q.batch)
 	kvCap := float64(r.kvCapacity())
-	used := kvUsage(r) * kvCap
+	usage := kvUsage(r)
 	growth := q.decodeTokens
 	if b*ownOut < growth {
 		growth = b * ownOut
 	}
-	kvNow := used + float64(q.unseenTokens) + uncached
+	kvNow := usage*kvCap + float64(q.unseenTokens) + uncached
 	kvNeed := kvNow + growth + ownOut
 	if kvCap > 0 && kvNeed > kvCap {
-		hold = kvWaitSec(&r.Hardware, q, kvNeed-kvCap, used)
+		hold = q.completionSec(&r.Hardware)
 	}
 	if kvCap > 0 && kvNow > kvCap {
-		start = kvWaitSec(&r.Hardware, q, kvNow-kvCap, used)
+		start = q.completionSec(&r.Hardware)
 	}
 	excess := q.queuedN + b + 1 - float64(r.MaxBatchSeqs)
 	batchWait := q.stepSec(&r.Hardware) * excess * 2 * q.decodeTokens / (b * b)
@@ -201,23 +199,6 @@ func admissionSec(r *Replica, q *queue, uncached, ownOut float64) (hold, start f
 		}
 	}
 	return hold, start
-}
-
-// kvWaitSec is the wait, in seconds, for q's running batch to free excess
-// tokens of KV cache: each completion frees about a running sequence's
-// share of the used tokens (used / batch), so ⌈excess · batch / used⌉ of
-// them are needed, at most the whole batch, and with remaining outputs
-// spread evenly up to twice their mean one comes every 2 · mean / batch
-// steps, as for a batch slot: stepSec · completions · 2 · decodeTokens /
-// batch². A nearly full batch frees a few blocks within steps, not one
-// mean remaining output (TestWaitModel, TestKVWaitFreesExcess).
-func kvWaitSec(h *Hardware, q *queue, excess, used float64) float64 {
-	b := float64(q.batch)
-	completions := b
-	if used > 0 {
-		completions = math.Min(math.Ceil(excess*b/used), b)
-	}
-	return q.stepSec(h) * completions * 2 * q.decodeTokens / (b * b)
 }
 
 // kvUsage is r's reported KV cache use in [0, 1]; a NaN counts as full.
