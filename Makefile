@@ -29,8 +29,12 @@ FORCE:
 
 # go test's own vet pass is off: it doubled the run, and `make lint` (first in .ci/run) vets
 # everything, both targets.
+# go test starts packages in the order it is given them, -p (GOMAXPROCS) at a time, so the
+# packages whose tests run longest come first: given in import-path order, the longest
+# (plugin/router) starts last and runs alone while the other core idles.
+TESTFIRST := ./plugin/router ./hostsim/fleetsim ./hostsim ./hostsim/faults ./hostsim/gateway
 test: wasm ## build the module, then run every test (both legs, fuzz seeds), and scoring's again under wasip1
-	GPUROUTE_WASM=$(CURDIR)/$(WASM) $(GO) test -count=1 -vet=off -timeout $(TESTTIMEOUT) ./...
+	GPUROUTE_WASM=$(CURDIR)/$(WASM) $(GO) test -count=1 -vet=off -timeout $(TESTTIMEOUT) $(TESTFIRST) ./...
 	$(GO) build -o $(WASMEXEC) ./hostsim/cmd/wasmexec
 	GOOS=wasip1 GOARCH=wasm $(GO) test -count=1 -vet=off -exec $(CURDIR)/$(WASMEXEC) ./scoring/...
 

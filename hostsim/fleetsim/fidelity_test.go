@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuroute/gpuroute/internal/longtest"
 	"github.com/gpuroute/gpuroute/scoring"
 )
 
@@ -15,6 +16,16 @@ import (
 func queueHardware(stepSec, perTokSec float64) scoring.Hardware {
 	return scoring.Hardware{Name: "queue-test", PrefillFixedSec: stepSec, PrefillSecPerToken: perTokSec,
 		DecodeStepSec: stepSec, KVCapacityTokens: 1 << 22}
+}
+
+// fidelityRequests is how many requests the queueing tests draw: enough
+// that sampling error stays well inside their 5% tolerance, and twice that
+// in the long run.
+func fidelityRequests() int {
+	if longtest.Enabled() {
+		return 200000
+	}
+	return 100000
 }
 
 // erlangC returns the probability that an arrival waits in an M/M/c queue
@@ -38,7 +49,8 @@ func erlangC(c int, a float64) float64 {
 // the batch is c servers fed by one FIFO queue. Mean wait must match
 // Erlang C's Wq = C(c, a) / (cμ − λ) within 5%.
 func TestQueueMMc(t *testing.T) {
-	const c, lambda, steps, n = 4, 2.8, 100, 200000
+	const c, lambda, steps = 4, 2.8, 100
+	n := fidelityRequests()
 	step := 10 * time.Millisecond
 	rng := rand.New(rand.NewPCG(7, 7))
 	w := &Workload{Name: "mmc"}
@@ -71,7 +83,8 @@ func TestQueueMMc(t *testing.T) {
 // is a prefill of a uniform 200–1800 tokens at 1 ms/token (E[S] = 1 s),
 // Poisson arrivals at ρ = 0.7; Wq = λE[S²] / (2(1 − ρ)) within 5%.
 func TestQueueMG1(t *testing.T) {
-	const lambda, n = 0.7, 200000
+	const lambda = 0.7
+	n := fidelityRequests()
 	rng := rand.New(rand.NewPCG(11, 11))
 	w := &Workload{Name: "mg1"}
 	at := 0.0
@@ -91,7 +104,7 @@ func TestQueueMG1(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	es, es2 := s1/n, s2/n
+	es, es2 := s1/float64(n), s2/float64(n)
 	got := res.Summary.TTFTMeanSec - es
 	rho := lambda * es
 	want := lambda * es2 / (2 * (1 - rho))
