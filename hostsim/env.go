@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 )
 
@@ -337,8 +338,8 @@ func EnvImports() []string {
 	return out
 }
 
-func (h *Host) instantiateHostModules(ctx context.Context) error {
-	b := h.rt.NewHostModuleBuilder(EnvModuleName)
+func instantiateHostModules(ctx context.Context, rt wazero.Runtime) error {
+	b := rt.NewHostModuleBuilder(EnvModuleName)
 	for _, f := range envFuncs {
 		params := make([]api.ValueType, f.params)
 		for i := range params {
@@ -357,7 +358,7 @@ func (h *Host) instantiateHostModules(ctx context.Context) error {
 	if _, err := b.Instantiate(ctx); err != nil {
 		return err
 	}
-	return h.instantiateWASI(ctx)
+	return instantiateWASI(ctx, rt)
 }
 
 // Memory helpers. Guest pointers are i32 offsets; out-values are little-endian.

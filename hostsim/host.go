@@ -3,6 +3,7 @@ package hostsim
 import (
 	"container/heap"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"math/rand/v2"
 	"strconv"
@@ -86,9 +87,11 @@ type Options struct {
 	// segments (e.g. "node\x00id"); streams and roots see them unless they
 	// set their own.
 	Properties map[string][]byte
-	// CompilationCache overrides the process-wide in-memory cache shared by
-	// every Host (so tests that create many hosts compile a module once).
-	// It is ignored when Probe is set.
+	// CompilationCache gives the Host a wazero runtime of its own with
+	// this compilation cache. Without it (and without Probe) every Host of
+	// the process shares one runtime and compiles given bytes once
+	// (processRuntime), so tests that create many hosts neither compile
+	// nor decode and validate a module again.
 	CompilationCache wazero.CompilationCache
 	// Probe, if set, instruments every module the Host compiles: calls of
 	// the guest functions it matches are counted and timed (GuestProbe).
@@ -113,7 +116,36 @@ var DefaultStart = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // clock is, so guests cannot mistake "unset" for "now".
 const monotonicBase = time.Hour
 
-var processCache = wazero.NewCompilationCache()
+// processRuntime is the wazero runtime the Hosts without a Probe or a
+// CompilationCache of their own share, with the host modules instantiated
+// once: the host functions find their VM through the call's context
+// (vmOf), not through the runtime. compiled holds what it compiled, by the
+// bytes' digest, for the life of the process.
+var processRuntime struct {
+	once     sync.Once
+	rt       wazero.Runtime
+	mu       sync.Mutex
+	compiled map[[sha256.Size]byte]wazero.CompiledModule
+}
+
+func sharedRuntime() wazero.Runtime {
+	p := &processRuntime
+	p.once.Do(func() {
+		p.rt = newRuntime(wazero.NewRuntimeConfigCompiler())
+		p.compiled = map[[sha256.Size]byte]wazero.CompiledModule{}
+	})
+	return p.rt
+}
+
+// newRuntime returns a runtime with the host modules instantiated.
+func newRuntime(cfg wazero.RuntimeConfig) wazero.Runtime {
+	rt := wazero.NewRuntimeWithConfig(context.Background(), cfg)
+	if err := instantiateHostModules(context.Background(), rt); err != nil {
+		// Only a bug in hostsim's own function signatures can get here.
+		panic("hostsim: instantiate host modules: " + err.Error())
+	}
+	return rt
+}
 
 // LogEntry is one guest log line (proxy_log or fd_write to stdout/stderr).
 type LogEntry struct {
@@ -137,6 +169,9 @@ func (e LogEntry) String() string {
 type Host struct {
 	opts Options
 	rt   wazero.Runtime
+	// ownRuntime: rt is this Host's (Probe or CompilationCache), closed
+	// with it; else it is processRuntime's.
+	ownRuntime bool
 
 	mu        sync.Mutex
 	now       time.Duration
@@ -169,39 +204,37 @@ func NewHost(opts Options) *Host {
 		opts.MaxLogs = 10000
 	}
 	cfg := wazero.NewRuntimeConfigCompiler()
+	var rt wazero.Runtime
 	switch {
 	case opts.Probe != nil:
-		// No cache: see Options.Probe.
+		rt = newRuntime(cfg) // no cache: see Options.Probe
 	case opts.CompilationCache != nil:
-		cfg = cfg.WithCompilationCache(opts.CompilationCache)
+		rt = newRuntime(cfg.WithCompilationCache(opts.CompilationCache))
 	default:
-		cfg = cfg.WithCompilationCache(processCache)
+		rt = sharedRuntime()
 	}
 	var seed [32]byte
 	for i := 0; i < 8; i++ {
 		seed[i] = byte(opts.Seed >> (8 * i))
 	}
 	h := &Host{
-		opts:     opts,
-		rt:       wazero.NewRuntimeWithConfig(context.Background(), cfg),
-		rng:      rand.NewChaCha8(seed),
-		vms:      map[*VM]struct{}{},
-		vmCount:  map[string]int{},
-		shared:   map[string]map[string]*sharedEntry{},
-		qByName:  map[queueKey]*queue{},
-		metrics:  map[string]*metric{},
-		clusters: map[string]Cluster{},
+		opts:       opts,
+		rt:         rt,
+		ownRuntime: rt != processRuntime.rt,
+		rng:        rand.NewChaCha8(seed),
+		vms:        map[*VM]struct{}{},
+		vmCount:    map[string]int{},
+		shared:     map[string]map[string]*sharedEntry{},
+		qByName:    map[queueKey]*queue{},
+		metrics:    map[string]*metric{},
+		clusters:   map[string]Cluster{},
 
 		canaryVerdicts: map[canaryKey]error{},
-	}
-	if err := h.instantiateHostModules(context.Background()); err != nil {
-		// Only a bug in hostsim's own function signatures can get here.
-		panic("hostsim: instantiate host modules: " + err.Error())
 	}
 	return h
 }
 
-// Close closes every VM and the wazero runtime.
+// Close closes every VM, and the wazero runtime when it is the Host's own.
 func (h *Host) Close() error {
 	h.mu.Lock()
 	vms := make([]*VM, 0, len(h.vms))
@@ -211,6 +244,9 @@ func (h *Host) Close() error {
 	h.mu.Unlock()
 	for _, vm := range vms {
 		_ = vm.Close()
+	}
+	if !h.ownRuntime {
+		return nil
 	}
 	return h.rt.Close(context.Background())
 }

@@ -31,11 +31,31 @@ func (h *Host) Compile(ctx context.Context, wasm []byte) (*Module, error) {
 	if h.opts.Probe != nil {
 		ctx = h.opts.Probe.withListeners(ctx)
 	}
-	cm, err := h.rt.CompileModule(ctx, wasm)
+	sum := sha256.Sum256(wasm)
+	cm, err := h.compile(ctx, wasm, sum)
 	if err != nil {
 		return nil, errors.New("hostsim: compile module: " + err.Error())
 	}
-	return &Module{host: h, compiled: cm, size: len(wasm), sum: sha256.Sum256(wasm)}, nil
+	return &Module{host: h, compiled: cm, size: len(wasm), sum: sum}, nil
+}
+
+// compile compiles wasm in the Host's runtime; in the shared one, bytes
+// compiled before are not decoded, validated or compiled again.
+func (h *Host) compile(ctx context.Context, wasm []byte, sum [sha256.Size]byte) (wazero.CompiledModule, error) {
+	if h.ownRuntime {
+		return h.rt.CompileModule(ctx, wasm)
+	}
+	p := &processRuntime
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if cm, ok := p.compiled[sum]; ok {
+		return cm, nil
+	}
+	cm, err := h.rt.CompileModule(ctx, wasm)
+	if err == nil {
+		p.compiled[sum] = cm
+	}
+	return cm, err
 }
 
 // Size returns the module's size in bytes.

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 )
 
@@ -114,8 +115,8 @@ func WASIImports() []string {
 	return out
 }
 
-func (h *Host) instantiateWASI(ctx context.Context) error {
-	b := h.rt.NewHostModuleBuilder(WASIModuleName)
+func instantiateWASI(ctx context.Context, rt wazero.Runtime) error {
+	b := rt.NewHostModuleBuilder(WASIModuleName)
 	for _, f := range wasiFuncs {
 		fn := f.fn
 		var results []api.ValueType
