@@ -119,14 +119,20 @@ const monotonicBase = time.Hour
 // processRuntime is the wazero runtime the Hosts without a Probe or a
 // CompilationCache of their own share, with the host modules instantiated
 // once: the host functions find their VM through the call's context
-// (vmOf), not through the runtime. compiled holds what it compiled, by the
-// bytes' digest, for the life of the process.
+// (vmOf), not through the runtime. compiled holds the last
+// maxSharedModules modules it compiled, by the bytes' digest, order the
+// digests oldest first: a gateway that swaps its module many times keeps a
+// bounded number of them.
 var processRuntime struct {
 	once     sync.Once
 	rt       wazero.Runtime
 	mu       sync.Mutex
 	compiled map[[sha256.Size]byte]wazero.CompiledModule
+	order    [][sha256.Size]byte
 }
+
+// maxSharedModules bounds the modules the shared runtime keeps compiled.
+const maxSharedModules = 16
 
 func sharedRuntime() wazero.Runtime {
 	p := &processRuntime

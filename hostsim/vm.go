@@ -52,10 +52,19 @@ func (h *Host) compile(ctx context.Context, wasm []byte, sum [sha256.Size]byte) 
 		return cm, nil
 	}
 	cm, err := h.rt.CompileModule(ctx, wasm)
-	if err == nil {
-		p.compiled[sum] = cm
+	if err != nil {
+		return nil, err
 	}
-	return cm, err
+	if len(p.order) == maxSharedModules {
+		// The oldest goes; its VMs keep running (wazero allows closing a
+		// compiled module with instances of it alive).
+		_ = p.compiled[p.order[0]].Close(ctx)
+		delete(p.compiled, p.order[0])
+		p.order = p.order[1:]
+	}
+	p.compiled[sum] = cm
+	p.order = append(p.order, sum)
+	return cm, nil
 }
 
 // Size returns the module's size in bytes.
