@@ -82,7 +82,7 @@ func (p *oracle) Pick(now time.Duration, req *Request, _ int) Decision {
 		return Reject(503)
 	}
 	ahead := false
-	for b := 0; b <= band; b++ {
+	for b := 0; b < band; b++ { // the plugin's heldAbove
 		ahead = ahead || o.queue.BandLen(b) > 0
 	}
 	if p.d.Top[0].QueueSec <= o.bound(band, req) && !ahead {

@@ -162,9 +162,13 @@ func (f *flowControl) prepare() {
 // admit decides, after Pick, whether the request goes now (handled false)
 // or is held or shed (handled true, with the callback's answer). A request
 // waits when even its best replica's W is over hold_wait_ms, or when a
-// request of its band or a higher one is already held (it joins its
-// tenant's line rather than overtake it); a sheddable band's request gets
-// a 429 instead (TestFlowHoldsWhenSaturated, TestFlowSheds).
+// request of a higher band is already held (it joins the line rather than
+// take the capacity that request waits for); a sheddable band's request
+// gets a 429 instead (TestFlowHoldsWhenSaturated, TestFlowSheds). One that
+// can start soon is not held behind its own band's held requests: each of
+// those waits for the replica its rule prefers (a warm one, with a long
+// queue) while this one goes where there is room, so holding it would
+// idle that room and delay it by the others' wait (TestFlowNoHeadOfLine).
 func (f *flowControl) admit(s *stream, d *scoring.Decision, req *scoring.Request, now int64) (types.Action, bool) {
 	if f.queue == nil || d.Index < 0 {
 		return 0, false
@@ -174,7 +178,7 @@ func (f *flowControl) admit(s *stream, d *scoring.Decision, req *scoring.Request
 	}
 	band := f.bandOf(s, req)
 	saturated := d.Top[0].QueueSec > f.bound(s, band)
-	if !saturated && !f.heldAhead(band) {
+	if !saturated && !f.heldAbove(band) {
 		return 0, false
 	}
 	if f.cfg.Bands[band].Sheddable {
@@ -214,15 +218,15 @@ func (f *flowControl) admit(s *stream, d *scoring.Decision, req *scoring.Request
 	return types.ActionPause, true
 }
 
-// heldAhead reports whether a request of band or a higher one is held
+// heldAbove reports whether a request of a band higher than band is held
 // here or, as the other workers last said, there.
-func (f *flowControl) heldAhead(band int) bool {
-	for b := 0; b <= band; b++ {
+func (f *flowControl) heldAbove(band int) bool {
+	for b := 0; b < band; b++ {
 		if f.queue.BandLen(b) > 0 {
 			return true
 		}
 	}
-	return f.peers.top >= 0 && f.peers.top <= band
+	return f.peers.top >= 0 && f.peers.top < band
 }
 
 // release offers the held requests, in their order, to the replicas as

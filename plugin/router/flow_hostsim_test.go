@@ -338,3 +338,25 @@ func TestFlowFairShare(t *testing.T) {
 		t.Fatalf("light request held %v, heavy still held %v; want light sent past heavy", light.held(), held.held())
 	}
 }
+
+// TestFlowNoHeadOfLine: a request whose prompt cannot start before KV
+// frees is held; a short one behind it that fits now is sent, not held
+// behind the long one, which stays held until the replica has room for it.
+func TestFlowNoHeadOfLine(t *testing.T) {
+	f := newTestFleet(t, 1, 1, `,"flow_control":{"hold_wait_ms":1000}`)
+	for _, r := range f.replicas {
+		r.set(func(r *fakeReplica) { r.running, r.kv = 40, 0.97 }) // 12K tokens of KV free
+	}
+	f.advance(300 * time.Millisecond)
+	long := f.openWith(0, strings.Repeat("a prompt of twenty thousand tokens. ", 2300))
+	if !long.held() {
+		t.Fatalf("a prompt over the free KV: held %v, destination %q; want it held", long.held(), long.dst)
+	}
+	short := f.openWith(0, "a short question")
+	if short.held() || short.dst == "" {
+		t.Fatalf("a short prompt that fits, behind a held long one: held %v, destination %q; want it sent", short.held(), short.dst)
+	}
+	if !long.held() {
+		t.Fatal("the long prompt was sent before the replica had room for it")
+	}
+}
