@@ -80,7 +80,12 @@ func (p *prefixShare) setup(index *prefix.Index, configID uint64, m *membership,
 		p.buf = shared.AppendPrefixShareEntry(p.buf, replica, p.fresh)
 	}
 	p.record = index.RecordCheckpoints
-	p.buf = make([]byte, 0, 4096)
+	// Room for a base of the whole index and a tail half its size (when
+	// a merge writes a new base, minShareTail at least), so that the
+	// buffer does not grow once the caches fill (TestScenarios,
+	// gc-pressure, in the long tests).
+	base := shared.PrefixShareHeaderLen + index.MaxEncodedLen()
+	p.buf = make([]byte, 0, base+max(base/2, minShareTail))
 }
 
 // dispatched records a dispatch of chain to replica: in the local index

@@ -514,6 +514,12 @@ func (x *Index) EncodedLen() int {
 	return indexHeaderLen + 4*len(x.capN) + 4 + indexEntryLen*x.used
 }
 
+// MaxEncodedLen returns the length of the binary encoding of the index
+// holding its whole entry budget.
+func (x *Index) MaxEncodedLen() int {
+	return indexHeaderLen + 4*len(x.capN) + 4 + indexEntryLen*x.cfg.MaxEntries
+}
+
 // AppendBinary appends the versioned little-endian encoding: a 16-byte
 // header (version, stride, table size, block size, replica and entry
 // bounds, clock), the per-replica budgets, then the live entries (32-bit

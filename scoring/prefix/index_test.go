@@ -113,6 +113,9 @@ func TestPrefixIndexBounds(t *testing.T) {
 		if x.Len() > 256 {
 			t.Fatalf("Len() = %d after %d records, want ≤ 256", x.Len(), i)
 		}
+		if x.EncodedLen() > x.MaxEncodedLen() {
+			t.Fatalf("EncodedLen() = %d after %d records, over MaxEncodedLen() = %d", x.EncodedLen(), i, x.MaxEncodedLen())
+		}
 		if x.count[1] > 20 {
 			t.Fatalf("replica 1 entries = %d, want ≤ 20 (its KV capacity)", x.count[1])
 		}
