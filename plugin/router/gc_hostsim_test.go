@@ -87,8 +87,9 @@ func TestGCCyclesWithoutPolling(t *testing.T) {
 }
 
 // TestTickEndsCollection: on BenchmarkRequestPath64's traffic (two worker
-// VMs, 64 replicas, a tick every 100 requests), a collection that starts
-// ends by the end of the next tick period. The request path allocates
+// VMs, 64 replicas, a tick every 100 requests, a worker configured again
+// every thousand), a collection that starts ends by the end of the next
+// tick period. The request path allocates
 // nothing and the collector's own workers never run in a reactor that does
 // not yield, so without the tick's gcdrive.Finish a cycle begun in the
 // warm-up would go on marking through thousands of requests, each paying
@@ -100,9 +101,22 @@ func TestTickEndsCollection(t *testing.T) {
 	cycles := func() (started, ended uint64) {
 		return probe.Func(guestCycleStart).Calls, probe.Func(guestCycleEnd).Calls
 	}
+	// The request path allocates nothing and the ticks little, so the
+	// collections that start are those a configuration's allocations
+	// begin: one worker is configured again (the same bytes: its new root
+	// takes the old one's state over) every thousand requests.
+	cfg := []byte(benchConfig())
 	first, _ := cycles()
 	startedBefore, _ := cycles() // by the end of the previous tick period
 	for i := range 3000 {
+		if i > 0 && i%1000 == 0 {
+			w := (i / 1000) % len(f.vms)
+			root, err := f.vms[w].Configure(testRootID, cfg)
+			if err != nil {
+				t.Fatalf("before request %d: Configure = %v", i, err)
+			}
+			f.roots[w] = root
+		}
 		if i > 0 && i%benchTickEvery == 0 {
 			// step runs the tick at the start of this request.
 			_, ended := cycles()
