@@ -116,6 +116,14 @@ type Replica struct {
 	// servers do not report it. 0 means unknown, and W(r) then has no
 	// batch-full wait.
 	MaxBatchSeqs int
+	// CacheRoomTokens is the KV cache space, in tokens, that new context
+	// can take without evicting any the router believes held there: the
+	// capacity less what the prefix index holds for the replica (the
+	// simulator's oracle: the engine's blocks holding nothing). The
+	// externality reads the fleet's requests as arriving where contexts
+	// are held (externalSec); 0 is a full cache, and a fleet that reports
+	// none looks uniformly full, which leaves the rule as without it.
+	CacheRoomTokens int
 
 	// Adapters lists adapters known on the replica with their tier.
 	Adapters []Adapter
@@ -154,6 +162,16 @@ func (r *Replica) kvCapacity() int {
 		return r.KVCapacityTokens
 	}
 	return r.Hardware.KVCapacityTokens
+}
+
+// occupancy is the share of r's KV cache that holds context, 1 −
+// CacheRoomTokens / capacity, in [0, 1]; 1 when the capacity is unknown.
+func (r *Replica) occupancy() float64 {
+	c := r.kvCapacity()
+	if c <= 0 {
+		return 1
+	}
+	return 1 - float64(min(max(r.CacheRoomTokens, 0), c))/float64(c)
 }
 
 // DrainAt returns the drain state at nowNanos: a Draining replica whose

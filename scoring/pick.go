@@ -57,7 +57,11 @@ type pickInputs struct {
 	// busy is the busy-period factor 1/(1 − ρ) of the fleet's prefill
 	// utilization load, and held the requests held back for capacity per
 	// unit of the fleet's prefill capacity (externalSec).
-	busy, held  float64
+	busy, held float64
+	// occupancy is the open replicas' mean Replica.occupancy weighted by
+	// prefill capacity (prepass), the share against which each replica's
+	// own scales its arrivals (externalSec).
+	occupancy   float64
 	ownOut      float64 // this request's expected output
 	staleNanos  int64
 	adapterHash uint64
@@ -99,8 +103,11 @@ func (d *Decision) prepare(k *pickInputs, p *Params, req *Request, replicas []Re
 		d.done = make([]float64, len(replicas))
 	}
 	done := d.done[:len(replicas)]
-	capacity := prepass(replicas, l, nowNanos, k.promptMean, done)
-	k.load, k.busy, k.held = 0, 1, 0
+	capacity, heldCapacity := prepass(replicas, l, nowNanos, k.promptMean, done)
+	k.load, k.busy, k.held, k.occupancy = 0, 1, 0, 0
+	if capacity > 0 {
+		k.occupancy = heldCapacity / capacity
+	}
 	if p.ExternalityWeight > 0 {
 		k.load = fleetLoad(l, nowNanos, capacity)
 		k.busy = busyFactor(k.load)
@@ -319,6 +326,8 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 			m := k.promptMean
 			meanP := h.PrefillFixedSec + h.PrefillSecPerToken*m + h.PrefillSecPerToken2*m*m
 			lam := selF(!(meanP > 0), k.load/meanP, 0)
+			share := r.occupancy() / k.occupancy // heldShare
+			lam *= selF(k.occupancy > 0 && share > 1, 1, share)
 			held := selF(!(meanP > 0), k.held/meanP, 0)
 			work := c.AdapterSec + c.PrefillSec
 			ext := (lam*c.TotalSec()*k.busy+held)*work + onReplica*c.AdapterSec
@@ -459,8 +468,9 @@ func busyFactor(load float64) float64 {
 // group running on replica i (0 when none), and it returns the open
 // replicas' prefill capacity for fleetLoad: the sum of 1/P_r of a prompt
 // of promptMean tokens (at least one) over the replicas whose profile
-// prices one.
-func prepass(replicas []Replica, l *Ledger, nowNanos int64, promptMean float64, done []float64) (capacity float64) {
+// prices one, and the same sum with each 1/P_r times the replica's
+// occupancy (heldCapacity).
+func prepass(replicas []Replica, l *Ledger, nowNanos int64, promptMean float64, done []float64) (capacity, heldCapacity float64) {
 	var groups []prefillGroups
 	if l != nil {
 		l.SyncSnapshots(replicas)
@@ -472,11 +482,13 @@ func prepass(replicas []Replica, l *Ledger, nowNanos int64, promptMean float64, 
 		h := &r.Hardware
 		sec := h.PrefillFixedSec + h.PrefillSecPerToken*x + h.PrefillSecPerToken2*x*x
 		open := b2u(r.Healthy) & b2u(r.Drain == Serving) & b2u(sec > 0)
-		capacity += selF(open == 0, 1/sec, 0)
+		share := selF(open == 0, 1/sec, 0)
+		capacity += share
+		heldCapacity += share * r.occupancy()
 		done[i] = 0
 		if i < len(groups) && groups[i].runStartNanos > 0 {
 			done[i] = groups[i].doneSec(h, nowNanos)
 		}
 	}
-	return capacity
+	return capacity, heldCapacity
 }

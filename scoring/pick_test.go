@@ -1406,3 +1406,49 @@ func TestHeldDelays(t *testing.T) {
 		t.Fatalf("ExternalSec with 10 held = %v, want %v", d.Top[0].ExternalSec, want)
 	}
 }
+
+// TestExternalityFollowsHeldContext: with arrivals, a replica that holds
+// more of the fleet's contexts than its capacity share (CacheRoomTokens)
+// prices its externality at that multiple of its share, and a new prefix
+// that is cold everywhere goes where fewer contexts are held, which the
+// tie-break alone would not do; one holding less keeps its share. The
+// agentic workload's sessions piled onto one replica without it.
+func TestExternalityFollowsHeldContext(t *testing.T) {
+	now := 100 * sec
+	p := exactParams()
+	req := Request{PromptTokens: 3000, Chain: []uint64{11}}
+	for _, tc := range []struct {
+		name  string
+		rooms []int // CacheRoomTokens per replica, as fractions of capacity in tenths
+		rate  float64
+		share []float64 // want heldShare per replica
+	}{
+		{name: "no arrivals: nothing priced", rooms: []int{2, 10}, rate: 0, share: []float64{1, 1}},
+		{name: "even fleet", rooms: []int{5, 5}, rate: 2, share: []float64{1, 1}},
+		{name: "one holds the contexts", rooms: []int{2, 10}, rate: 2, share: []float64{2, 1}},
+		{name: "all full", rooms: []int{0, 0}, rate: 2, share: []float64{1, 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rs := fleet("h100", len(tc.rooms), now)
+			for i := range rs {
+				rs[i].CacheRoomTokens = rs[i].kvCapacity() * tc.rooms[i] / 10
+			}
+			l := NewLedger(p, len(rs), 4)
+			l.SetPeerRate(tc.rate)
+			var d Decision
+			Pick(&p, &req, rs, nil, l, now, &d)
+			h := &rs[0].Hardware
+			busy := busyFactor(tc.rate / float64(len(rs)) * h.PrefillSeconds(p.DefaultPromptTokens))
+			for _, c := range d.Top[:d.NumTop] {
+				lam := tc.rate / float64(len(rs)) * tc.share[c.Index]
+				want := lam * c.TotalSec() * busy * (c.AdapterSec + c.PrefillSec)
+				if math.Abs(c.ExternalSec-want) > 1e-12 {
+					t.Errorf("rooms %v: replica %d ExternalSec = %v, want %v (share %v)", tc.rooms, c.Index, c.ExternalSec, want, tc.share[c.Index])
+				}
+			}
+			if tc.share[0] > 1 && d.Index != 1 {
+				t.Errorf("Pick(rooms %v, cold everywhere) = %d, want 1, the replica holding fewer contexts", tc.rooms, d.Index)
+			}
+		})
+	}
+}

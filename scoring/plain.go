@@ -76,7 +76,7 @@ func (k *pickInputs) candidate(p *Params, r *Replica, i, cached int, own *Work, 
 	c.AdapterSec = adapterSec(h, &q, t)
 	c.StartNanos = startNanos(&r.PeerWork, &q, admitted, nowNanos)
 	if p.ExternalityWeight > 0 {
-		c.ExternalSec = externalSec(p, h, &c, k.load, k.busy, k.held, k.promptMean, q.onReplica(), float64(q.batch), kvUsage(r), t.reloadSec)
+		c.ExternalSec = externalSec(p, h, &c, k.load, heldShare(r, k.occupancy), k.busy, k.held, k.promptMean, q.onReplica(), float64(q.batch), kvUsage(r), t.reloadSec)
 	}
 	return c
 }

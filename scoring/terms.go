@@ -323,11 +323,12 @@ func startNanos(pw *Work, q *queue, admitted bool, nowNanos int64) int64 {
 // a prefill goes where fewer generations wait for it while their cache is
 // tight, and the engines preempt less (TestStallSpreadsPrefills); with no
 // load the term vanishes with the rest.
-func externalSec(p *Params, h *Hardware, c *Candidate, load, busy, held, promptMean, onReplica, running, usage, reloadSec float64) float64 {
+func externalSec(p *Params, h *Hardware, c *Candidate, load, share, busy, held, promptMean, onReplica, running, usage, reloadSec float64) float64 {
 	meanP := prefillSec(h, promptMean)
 	lam, heldHere := 0.0, 0.0
 	if meanP > 0 {
 		lam = load / meanP // a zero profile adds no capacity (fleetLoad)
+		lam *= share
 		heldHere = held / meanP
 	}
 	work := c.AdapterSec + c.PrefillSec
@@ -335,4 +336,18 @@ func externalSec(p *Params, h *Hardware, c *Candidate, load, busy, held, promptM
 	ext += reloadSec * (1 + onReplica) // +0 without an adapter
 	ext += p.StallWeight * load * usage * running * work
 	return p.ExternalityWeight * ext
+}
+
+// heldShare is the factor max(o_r / ō, 1) by which r's arrivals exceed
+// its share of the fleet's prefill capacity: r's occupancy
+// (Replica.occupancy) over the open replicas' capacity-weighted mean, 1
+// when nothing is held anywhere. Requests follow their cached contexts, so
+// a replica that holds more of the fleet's contexts than its capacity
+// share receives more of its requests; one that holds less still receives
+// its share of the new ones (TestExternalityFollowsHeldContext).
+func heldShare(r *Replica, occupancy float64) float64 {
+	if !(occupancy > 0) {
+		return 1
+	}
+	return max(r.occupancy()/occupancy, 1)
 }

@@ -469,6 +469,7 @@ func (p *oracle) fill(i int, req *Request, nowNanos int64) {
 	capTok := r.KVCapacityTokens()
 	s.KVCapacityTokens = capTok
 	s.KVUsage = 1 - float64(r.FreeKVTokens())/float64(max(capTok, 1))
+	s.CacheRoomTokens = r.EmptyKVTokens()
 	s.MaxBatchSeqs = r.cfg.MaxBatch
 	s.Adapters, s.AdapterSlots, s.AdapterHostSlots = nil, 0, 0
 	if req.Adapter != "" {

@@ -260,6 +260,10 @@ func (r *Replica) ResidentAdapters() []string {
 // evictable cached blocks).
 func (r *Replica) FreeKVTokens() int { return r.kv.available() * BlockTokens }
 
+// EmptyKVTokens returns the KV cache space, in tokens, that holds nothing:
+// free without evicting a cached prefix.
+func (r *Replica) EmptyKVTokens() int { return (r.kv.total - r.kv.used()) * BlockTokens }
+
 // errClosed is returned by accept for a replica that takes no new work.
 var errClosed = errors.New("fleetsim: replica closed to new requests")
 

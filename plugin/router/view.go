@@ -118,6 +118,17 @@ func (v *replicaView) forRequest(s *stream, req *scoring.Request, now int64) (re
 		v.index.Lookup(req.Chain, v.cached)
 	}
 	v.sessions.affinity(s, v.cached)
+	// Each replica's cache room: its capacity less the contexts the index
+	// holds there (scoring.Replica.CacheRoomTokens).
+	per := v.index.TokensPerEntry()
+	for i := range v.replicas {
+		rep := &v.replicas[i]
+		capacity := rep.KVCapacityTokens
+		if capacity <= 0 {
+			capacity = rep.Hardware.KVCapacityTokens
+		}
+		rep.CacheRoomTokens = max(capacity-v.index.Resident(i)*per, 0)
+	}
 	req.AdapterRecent = nil
 	if req.Adapter != "" {
 		// The shared prefix index also records where each adapter was
