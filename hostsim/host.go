@@ -211,13 +211,14 @@ func NewHost(opts Options) *Host {
 	}
 	cfg := wazero.NewRuntimeConfigCompiler()
 	var rt wazero.Runtime
+	own := true
 	switch {
 	case opts.Probe != nil:
 		rt = newRuntime(cfg) // no cache: see Options.Probe
 	case opts.CompilationCache != nil:
 		rt = newRuntime(cfg.WithCompilationCache(opts.CompilationCache))
 	default:
-		rt = sharedRuntime()
+		rt, own = sharedRuntime(), false
 	}
 	var seed [32]byte
 	for i := 0; i < 8; i++ {
@@ -226,7 +227,7 @@ func NewHost(opts Options) *Host {
 	h := &Host{
 		opts:       opts,
 		rt:         rt,
-		ownRuntime: rt != processRuntime.rt,
+		ownRuntime: own,
 		rng:        rand.NewChaCha8(seed),
 		vms:        map[*VM]struct{}{},
 		vmCount:    map[string]int{},
