@@ -156,8 +156,9 @@ type Replica struct {
 	ScrapedNanos int64
 }
 
-// kvCapacity returns the replica's KV capacity in tokens.
-func (r *Replica) kvCapacity() int {
+// KVCapacity returns the replica's KV capacity in tokens: the reported
+// one, else its profile's.
+func (r *Replica) KVCapacity() int {
 	if r.KVCapacityTokens > 0 {
 		return r.KVCapacityTokens
 	}
@@ -167,7 +168,7 @@ func (r *Replica) kvCapacity() int {
 // occupancy is the share of r's KV cache that holds context, 1 −
 // CacheRoomTokens / capacity, in [0, 1]; 1 when the capacity is unknown.
 func (r *Replica) occupancy() float64 {
-	c := r.kvCapacity()
+	c := r.KVCapacity()
 	if c <= 0 {
 		return 1
 	}

@@ -277,7 +277,7 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 			}
 			w += step/2 + steps*b*h.DecodeStepSecPerSeq
 			// admissionSec.
-			kvCap := float64(r.kvCapacity())
+			kvCap := float64(r.KVCapacity())
 			growth := selF(b*k.ownOut < decodeTok, decodeTok, b*k.ownOut)
 			kvNow := usage*kvCap + float64(accUnseenTokens) + uncached
 			kvNeed := kvNow + growth + k.ownOut

@@ -1431,7 +1431,7 @@ func TestExternalityFollowsHeldContext(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rs := fleet("h100", len(tc.rooms), now)
 			for i := range rs {
-				rs[i].CacheRoomTokens = rs[i].kvCapacity() * tc.rooms[i] / 10
+				rs[i].CacheRoomTokens = rs[i].KVCapacity() * tc.rooms[i] / 10
 			}
 			l := NewLedger(p, len(rs), 4)
 			l.SetPeerRate(tc.rate)

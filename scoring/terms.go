@@ -174,7 +174,7 @@ func interferenceSec(h *Hardware, q *queue, uncached, chunk float64) float64 {
 // this one do not, the batch wait as above (Candidate.QueueSec).
 func admissionSec(r *Replica, q *queue, uncached, ownOut float64) (hold, start float64) {
 	b := float64(q.batch)
-	kvCap := float64(r.kvCapacity())
+	kvCap := float64(r.KVCapacity())
 	usage := kvUsage(r)
 	growth := q.decodeTokens
 	if b*ownOut < growth {

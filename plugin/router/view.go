@@ -123,11 +123,7 @@ func (v *replicaView) forRequest(s *stream, req *scoring.Request, now int64) (re
 	per := v.index.TokensPerEntry()
 	for i := range v.replicas {
 		rep := &v.replicas[i]
-		capacity := rep.KVCapacityTokens
-		if capacity <= 0 {
-			capacity = rep.Hardware.KVCapacityTokens
-		}
-		rep.CacheRoomTokens = max(capacity-v.index.Resident(i)*per, 0)
+		rep.CacheRoomTokens = max(rep.KVCapacity()-v.index.Resident(i)*per, 0)
 	}
 	req.AdapterRecent = nil
 	if req.Adapter != "" {
