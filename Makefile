@@ -74,7 +74,9 @@ load-bench: wasm $(GATEWAY_BIN) ## gateway vs round-robin and least-request over
 # reference proxies, in front of the same simulated replicas.
 PEERS_VENV   := build/peers-venv
 PEERS_REQ    := hostsim/peersbench/requirements.txt
-PEERS_PYTHON ?= $(firstword $(shell command -v python3.13 python3.12) $(wildcard $(HOME)/.pyenv/versions/3.1[23]*/bin/python3))
+# The first candidate that runs and is 3.12 or newer: a pyenv shim for a
+# version that is installed but not selected is on PATH and fails.
+PEERS_PYTHON ?= $(firstword $(foreach p,$(shell command -v python3.13 python3.12 python3) $(wildcard $(HOME)/.pyenv/versions/3.1[23]*/bin/python3),$(shell $(p) -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1 && echo $(p))))
 $(PEERS_VENV)/.installed: $(PEERS_REQ)
 	@test -n "$(PEERS_PYTHON)" || { echo "peers-bench needs Python >= 3.12 (set PEERS_PYTHON)"; exit 1; }
 	$(PEERS_PYTHON) -m venv $(PEERS_VENV)
