@@ -327,7 +327,7 @@ func pick(p *Params, req *Request, replicas []Replica, cachedTokens []int, l *Le
 			meanP := h.PrefillFixedSec + h.PrefillSecPerToken*m + h.PrefillSecPerToken2*m*m
 			lam := selF(!(meanP > 0), k.load/meanP, 0)
 			share := r.occupancy() / k.occupancy // heldShare
-			lam *= selF(k.occupancy > 0 && share > 1, 1, share)
+			lam *= selF(k.occupancy > 0, 1, share)
 			held := selF(!(meanP > 0), k.held/meanP, 0)
 			work := c.AdapterSec + c.PrefillSec
 			ext := (lam*c.TotalSec()*k.busy+held)*work + onReplica*c.AdapterSec

@@ -1407,12 +1407,13 @@ func TestHeldDelays(t *testing.T) {
 	}
 }
 
-// TestExternalityFollowsHeldContext: with arrivals, a replica that holds
-// more of the fleet's contexts than its capacity share (CacheRoomTokens)
-// prices its externality at that multiple of its share, and a new prefix
-// that is cold everywhere goes where fewer contexts are held, which the
-// tie-break alone would not do; one holding less keeps its share. The
-// agentic workload's sessions piled onto one replica without it.
+// TestExternalityFollowsHeldContext: with arrivals, a replica prices its
+// externality at its capacity share times the multiple o_r / ō of the
+// fleet's held contexts it holds (CacheRoomTokens), above 1 or below, and a
+// new prefix that is cold everywhere goes where fewer contexts are held,
+// which the tie-break alone would not do. The agentic workload's sessions
+// piled onto one replica without the factor; hetero's L4s, holding little,
+// were overpriced at a floor of 1.
 func TestExternalityFollowsHeldContext(t *testing.T) {
 	now := 100 * sec
 	p := exactParams()
@@ -1425,7 +1426,8 @@ func TestExternalityFollowsHeldContext(t *testing.T) {
 	}{
 		{name: "no arrivals: nothing priced", rooms: []int{2, 10}, rate: 0, share: []float64{1, 1}},
 		{name: "even fleet", rooms: []int{5, 5}, rate: 2, share: []float64{1, 1}},
-		{name: "one holds the contexts", rooms: []int{2, 10}, rate: 2, share: []float64{2, 1}},
+		{name: "one holds the contexts", rooms: []int{2, 10}, rate: 2, share: []float64{2, 0}},
+		{name: "uneven", rooms: []int{4, 8}, rate: 2, share: []float64{1.5, 0.5}},
 		{name: "all full", rooms: []int{0, 0}, rate: 2, share: []float64{1, 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

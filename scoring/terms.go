@@ -338,16 +338,17 @@ func externalSec(p *Params, h *Hardware, c *Candidate, load, share, busy, held, 
 	return p.ExternalityWeight * ext
 }
 
-// heldShare is the factor max(o_r / ō, 1) by which r's arrivals exceed
-// its share of the fleet's prefill capacity: r's occupancy
-// (Replica.occupancy) over the open replicas' capacity-weighted mean, 1
-// when nothing is held anywhere. Requests follow their cached contexts, so
-// a replica that holds more of the fleet's contexts than its capacity
-// share receives more of its requests; one that holds less still receives
-// its share of the new ones (TestExternalityFollowsHeldContext).
+// heldShare is the factor o_r / ō by which r's arrivals differ from its
+// share of the fleet's prefill capacity: r's occupancy (Replica.occupancy)
+// over the open replicas' capacity-weighted mean, 1 when nothing is held
+// anywhere. Requests follow their cached contexts, so a replica receives
+// the fleet's requests in proportion to the contexts it holds: one holding
+// more is charged for the extra requests that follow it, one holding less
+// (a slow replica the router avoids) for fewer, so it is not overpriced
+// (TestExternalityFollowsHeldContext).
 func heldShare(r *Replica, occupancy float64) float64 {
 	if !(occupancy > 0) {
 		return 1
 	}
-	return max(r.occupancy()/occupancy, 1)
+	return r.occupancy() / occupancy
 }
