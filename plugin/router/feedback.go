@@ -179,11 +179,13 @@ func (f *feedback) begin(s *stream, h *prefix.Hasher, chain []uint64) {
 }
 
 // dispatching notes, before the dispatch records chain for replica, what
-// the index predicted there and the stamps of the chain's checkpoints.
-func (f *feedback) dispatching(s *stream, replica int, chain []uint64, predicted, promptTokens int) {
+// the index predicted there and the chain's checkpoints, and returns the
+// stream's stamps and held, for the record to fill with the checkpoints'
+// stamps before it (prefixShare.dispatched).
+func (f *feedback) dispatching(s *stream, replica int, chain []uint64, predicted, promptTokens int) (stamps []uint32, held []bool) {
 	fb := &s.fb
 	if len(chain) == 0 || replica < 0 || replica >= len(f.settled) {
-		return
+		return nil, nil
 	}
 	fb.tracked = true
 	fb.predicted, fb.promptTokens = predicted, promptTokens
@@ -191,11 +193,10 @@ func (f *feedback) dispatching(s *stream, replica int, chain []uint64, predicted
 	fb.blocks = min(len(chain), maxStreamCheckpoints*indexStride)
 	fb.checkpoints = f.index.AppendCheckpoints(fb.checkpoints[:0], chain[:fb.blocks])
 	fb.stamps, fb.held = fb.stamps[:0], fb.held[:0]
-	for _, h := range fb.checkpoints {
-		at, ok := f.index.Stamp(replica, h)
-		fb.stamps = append(fb.stamps, at)
-		fb.held = append(fb.held, ok)
+	for range fb.checkpoints {
+		fb.stamps, fb.held = append(fb.stamps, 0), append(fb.held, false)
 	}
+	return fb.stamps, fb.held
 }
 
 // firstToken notes that replica computed what the stream's dispatch and the

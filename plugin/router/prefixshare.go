@@ -89,10 +89,12 @@ func (p *prefixShare) setup(index *prefix.Index, configID uint64, m *membership,
 }
 
 // dispatched records a dispatch of chain to replica: in the local index
-// now, in the outbox for the next merge.
-func (p *prefixShare) dispatched(replica int, chain []uint64) {
-	p.index.Record(replica, chain)
+// now, in the outbox for the next merge. stamps and held receive the first
+// checkpoints' stamps before the record (Index.RecordCheckpointsBefore; the
+// feedback's, from dispatching).
+func (p *prefixShare) dispatched(replica int, chain []uint64, stamps []uint32, held []bool) {
 	p.checkpoints = p.index.AppendCheckpoints(p.checkpoints[:0], chain)
+	p.index.RecordCheckpointsBefore(replica, p.checkpoints, stamps, held)
 	p.outbox.Push(replica, p.checkpoints)
 }
 

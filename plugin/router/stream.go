@@ -187,8 +187,8 @@ func (s *stream) dispatch(d *scoring.Decision, req *scoring.Request, now int64) 
 	}
 	r.sessions.dispatched(s, d.Index, req.PromptTokens)
 	if len(req.Chain) > 0 {
-		r.feedback.dispatching(s, d.Index, req.Chain, best.CachedTokens, req.PromptTokens)
-		r.prefixes.dispatched(d.Index, req.Chain)
+		stamps, held := r.feedback.dispatching(s, d.Index, req.Chain, best.CachedTokens, req.PromptTokens)
+		r.prefixes.dispatched(d.Index, req.Chain, stamps, held)
 	}
 	if req.Adapter != "" {
 		r.prefixes.placed(d.Index, r.view.adapterKey[:])

@@ -38,6 +38,27 @@ func (x *Index) Stamp(replica int, chainHash uint64) (uint32, bool) {
 	return x.slots[i].stamp, true
 }
 
+// RecordCheckpointsBefore is RecordCheckpoints that also sets stamps[j]
+// and held[j], for each of the first len(stamps) checkpoints, to what Stamp
+// answered before the record: the feedback compares an engine's report
+// with the index as the dispatch found it, and one probe per checkpoint
+// serves both (TestRecordCheckpointsBefore). held is as long as stamps.
+func (x *Index) RecordCheckpointsBefore(replica int, checkpoints []uint64, stamps []uint32, held []bool) {
+	clear(stamps)
+	clear(held)
+	if replica < 0 || replica >= len(x.count) || len(checkpoints) == 0 {
+		return
+	}
+	x.clock++
+	n := min(len(stamps), len(held))
+	for j, h := range checkpoints {
+		at, ok := x.put(replica, h)
+		if j < n {
+			stamps[j], held[j] = at, ok
+		}
+	}
+}
+
 // DropOlder removes replica's entries last recorded before stamp (in clock
 // order, so wrap-around is harmless) and returns how many it kept: an
 // engine that evicts least recently used blocks first and has evicted a

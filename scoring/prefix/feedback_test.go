@@ -72,3 +72,51 @@ func TestDropOlder(t *testing.T) {
 		t.Errorf("out-of-range replica not ignored")
 	}
 }
+
+// TestRecordCheckpointsBefore: the stamps reported are Stamp's answers
+// before the record (held and not held), the record is RecordCheckpoints',
+// and only the first len(stamps) checkpoints are reported.
+func TestRecordCheckpointsBefore(t *testing.T) {
+	const stride = 4
+	build := func() (*Index, []uint64) {
+		x := NewIndex(IndexConfig{Stride: stride})
+		chain := chainN(1, 0, 40, 40)
+		x.Record(0, chain[:12]) // the first three checkpoints held
+		x.Record(1, chain)      // another replica's entries are not replica 0's
+		x.Record(0, chain[:4])  // the first one refreshed later
+		return x, x.AppendCheckpoints(nil, chain)
+	}
+	want, checkpoints := build()
+	var wantStamps []uint32
+	var wantHeld []bool
+	for _, h := range checkpoints[:6] {
+		at, ok := want.Stamp(0, h)
+		wantStamps, wantHeld = append(wantStamps, at), append(wantHeld, ok)
+	}
+	want.RecordCheckpoints(0, checkpoints)
+
+	got, _ := build()
+	stamps, held := make([]uint32, 6), make([]bool, 6)
+	got.RecordCheckpointsBefore(0, checkpoints, stamps, held)
+	if !slices.Equal(stamps, wantStamps) || !slices.Equal(held, wantHeld) {
+		t.Errorf("before the record: stamps %v held %v, want %v %v", stamps, held, wantStamps, wantHeld)
+	}
+	if !held[0] || !held[2] || held[3] || stamps[0] == stamps[1] {
+		t.Errorf("held %v stamps %v: want the first three held, the first refreshed later", held, stamps)
+	}
+	if got.Clock() != want.Clock() {
+		t.Errorf("clock %d, want %d", got.Clock(), want.Clock())
+	}
+	for _, h := range checkpoints {
+		a, aok := got.Stamp(0, h)
+		b, bok := want.Stamp(0, h)
+		if a != b || aok != bok {
+			t.Errorf("after the record: Stamp = %d, %v, want %d, %v", a, aok, b, bok)
+		}
+	}
+	stamps[0], held[0] = 7, true
+	got.RecordCheckpointsBefore(-1, checkpoints, stamps, held)
+	if stamps[0] != 0 || held[0] {
+		t.Errorf("out-of-range replica: stamps %v held %v, want cleared", stamps, held)
+	}
+}

@@ -306,19 +306,23 @@ func (x *Index) RecordCheckpoints(replica int, checkpoints []uint64) {
 	}
 }
 
-// put inserts or refreshes one checkpoint of replica at the current clock.
-func (x *Index) put(replica int, chainHash uint64) {
+// put inserts or refreshes one checkpoint of replica at the current clock,
+// and returns the stamp it had and whether it was held (Stamp's answer
+// before the put).
+func (x *Index) put(replica int, chainHash uint64) (before uint32, held bool) {
 	rep := uint16(replica + 1)
 	h := uint32(chainHash >> 32)
 	if i := x.find(h, rep); i >= 0 {
+		before = x.slots[i].stamp
 		x.slots[i].stamp = x.clock
 		if x.newest[replica] != int32(i) {
 			x.unlink(int32(i))
 			x.link(int32(i))
 		}
-		return
+		return before, true
 	}
 	x.place(indexEntry{hash: h, stamp: x.clock, rep: rep})
+	return 0, false
 }
 
 // place inserts a new entry, evicting first when its replica or the table
