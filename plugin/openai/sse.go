@@ -164,9 +164,9 @@ func (c *StreamCounter) Write(chunk []byte) (int, error) {
 			continue
 		}
 		if c.carryLen == 0 && c.tmplOK {
-			if k, end := c.templateEvent(chunk); k > 0 {
+			if k, end, escaped := c.templateEvent(chunk); k > 0 {
 				c.Events++
-				c.apply(&c.tmplEv, chunk, len(sseData)+1+c.tmplHead, end)
+				c.apply(&c.tmplEv, chunk, len(sseData)+1+c.tmplHead, end, !escaped)
 				chunk = chunk[k:]
 				continue
 			}
@@ -231,7 +231,7 @@ func (c *StreamCounter) line(l []byte) {
 	}
 	c.Events++
 	if c.tmplOK && c.fromTemplate(l) {
-		c.apply(&c.tmplEv, l, c.tmplHead, len(l)-c.tmplTail)
+		c.apply(&c.tmplEv, l, c.tmplHead, len(l)-c.tmplTail, false)
 		return
 	}
 	var ev eventCounts
@@ -240,16 +240,22 @@ func (c *StreamCounter) line(l []byte) {
 		c.walkEvent(l, &ev)
 	}
 	ev.seal()
-	c.apply(&ev, l, ev.textFrom, ev.textTo)
+	c.apply(&ev, l, ev.textFrom, ev.textTo, false)
 	c.learn(l, &ev)
 }
 
 // apply counts what one event carried and records its answer text, the
-// raw string contents d[from:to]. A token event with nothing to record
-// takes the first lines alone (BenchmarkStreamCounterEvent).
-func (c *StreamCounter) apply(ev *eventCounts, d []byte, from, to int) {
+// raw string contents d[from:to] (plain: known to hold no escape, so they
+// are the text). A token event with nothing to record takes the first
+// lines alone (BenchmarkStreamCounterEvent), a token of the text being
+// recorded the next (BenchmarkStreamCounterRecord).
+func (c *StreamCounter) apply(ev *eventCounts, d []byte, from, to int, plain bool) {
 	c.ContentDeltas += ev.deltas
-	if ev.more || c.ans.state != answerOff {
+	switch {
+	case !ev.more && c.ans.state == answerOff:
+	case !ev.more && plain && to > from && c.ans.state == answerWriting && ev.block == c.ans.block:
+		c.ans.Write(d[from:to])
+	default:
 		c.applyMore(ev, d, from, to)
 	}
 }
@@ -311,23 +317,24 @@ func (c *StreamCounter) fromTemplate(l []byte) bool {
 // templateEvent returns the length, newline included, of the line that
 // chunk starts with when it is "data: " and an event fromTemplate counts,
 // ended by '\n' and at most MaxLineBytes long (a longer one is oversized),
-// and the offset in chunk of its text's closing quote; else 0. Such a line
+// the offset in chunk of its text's closing quote and whether the text
+// holds an escape; else 0. Such a line
 // holds no other newline (the template's bytes come from a
 // line, and a JSON string holds no control byte), so it is the line Write
 // would find, without the search for its end, a large part of a token
 // event's cost (BenchmarkStreamCounterEvent).
-func (c *StreamCounter) templateEvent(chunk []byte) (n, end int) {
+func (c *StreamCounter) templateEvent(chunk []byte) (n, end int, escaped bool) {
 	const dataPrefix = sseData + " "
 	p, head, tail := len(dataPrefix), c.tmplHead, c.tmplTail
 	if len(chunk) <= p+head+tail || string(chunk[:p]) != dataPrefix ||
 		tail > 0 && c.tmpl[head+tail-1] == '\r' || // line would strip it
 		!prefix.SameBytes(chunk[p:p+head], c.tmpl[:head]) {
-		return 0, 0
+		return 0, 0, false
 	}
-	end, _ = jsonx.StringEnd(chunk, p+head)
+	end, escaped = jsonx.StringEnd(chunk, p+head)
 	if end <= p+head || end+tail >= len(chunk) || chunk[end+tail] != '\n' || end+tail > MaxLineBytes ||
 		!prefix.SameBytes(chunk[end:end+tail], c.tmpl[head:head+tail]) {
-		return 0, 0
+		return 0, 0, false
 	}
-	return end + tail + 1, end
+	return end + tail + 1, end, escaped
 }

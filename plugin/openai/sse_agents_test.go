@@ -142,7 +142,7 @@ func TestStreamTemplateMessages(t *testing.T) {
 	if !c.tmplOK {
 		t.Fatal("no template after a Messages text delta")
 	}
-	if n, _ := c.templateEvent([]byte(strings.TrimPrefix(event(" world"), "event: content_block_delta\n"))); n == 0 {
+	if n, _, _ := c.templateEvent([]byte(strings.TrimPrefix(event(" world"), "event: content_block_delta\n"))); n == 0 {
 		t.Error("templateEvent declined the next text delta")
 	}
 }
