@@ -1,6 +1,10 @@
 package router
 
-import "github.com/gpuroute/gpuroute/scoring/prefix"
+import (
+	"errors"
+
+	"github.com/gpuroute/gpuroute/scoring/prefix"
+)
 
 // Bounds of what one stream keeps for the feedback.
 const (
@@ -11,6 +15,10 @@ const (
 	// maxAnswerBlocks bounds the answer's blocks recorded (256K characters
 	// at 64-character blocks); past it the answer is recorded up to there.
 	maxAnswerBlocks = 4096
+	// answerFlushBytes is the answer text a stream gathers before it feeds
+	// the VM's answer hasher: one resume and save of the stream's
+	// continuation per flush, not per streamed chunk.
+	answerFlushBytes = 4 << 10
 	// learnShare is the weight of one correction in a replica's learned
 	// capacity (an exponentially weighted mean over about that many).
 	learnShare = 8
@@ -41,9 +49,9 @@ const (
 //     configured size (docs/design.md, "Engine feedback").
 //
 // At the response's end the prompt's chain is recorded again, with
-// record_answers the answer's blocks after it (the stream's prefix.Continuation, fed by the
-// answer text the StreamCounter writes), as the engine releases them
-// together: the conversation's next turn, which quotes the answer, finds
+// record_answers the answer's blocks after it (the stream's
+// prefix.Continuation, fed by the answer text the StreamCounter writes into
+// the stream's answerText), as the engine releases them together: the conversation's next turn, which quotes the answer, finds
 // it cached there (TestSecondTurnHitsAnswer). The corrections stay in this
 // worker's index: the shared index carries placements, not removals, and a
 // worker's next new base carries what its corrections left.
@@ -66,7 +74,7 @@ type feedback struct {
 	// running.
 	settled []uint32
 	// answer is the VM's answer hasher: each stream resumes it from its
-	// own continuation around each chunk it feeds.
+	// own continuation around each flush of its answerText.
 	answer prefix.Hasher
 	// record is scratch for the checkpoints recorded at a response's end.
 	record []uint64
@@ -89,19 +97,56 @@ type streamFeedback struct {
 	stamps      []uint32
 	held        []bool
 	// recording: the answer is hashed into cont's chain, its blocks in
-	// answer (chain positions from cont's Blocks at the start).
+	// answer (chain positions from cont's Blocks at the start); text
+	// gathers what the counter wrote since the last flush.
 	recording  bool
 	answerFrom int
 	cont       prefix.Continuation
 	answer     []uint64
+	text       answerText
 	tracked    bool // dispatched with a chain: the response is compared
 }
 
 // recycle returns f emptied for a new stream, keeping its buffers.
 func (f *streamFeedback) recycle() streamFeedback {
 	return streamFeedback{checkpoints: f.checkpoints[:0], stamps: f.stamps[:0], held: f.held[:0],
-		cont: f.cont, answer: f.answer[:0]}
+		cont: f.cont, answer: f.answer[:0], text: answerText{buf: f.text.buf[:0]}}
 }
+
+// answerText is the writer a stream's counter records its answer's text
+// into: it gathers up to answerFlushBytes, then feeds them to the answer
+// hasher of the root serving the stream (feedback.flush), which a
+// reconfiguration during the answer replaces (TestSecondTurnHitsAnswer).
+// A write that fails ends the answer's text there (the counter stops
+// writing; what was flushed stays).
+type answerText struct {
+	s   *stream
+	buf []byte
+}
+
+func (w *answerText) Write(p []byte) (int, error) {
+	n := len(p)
+	if len(w.buf)+n > answerFlushBytes {
+		f := &w.s.root.feedback
+		ok := f.flush(w.s, w.buf)
+		w.buf = w.buf[:0]
+		if ok && n > answerFlushBytes {
+			ok, p = f.flush(w.s, p), nil
+		}
+		if !ok {
+			return 0, errAnswerEnded
+		}
+	}
+	if w.buf == nil {
+		w.buf = make([]byte, 0, answerFlushBytes)
+	}
+	w.buf = append(w.buf, p...)
+	return n, nil
+}
+
+// errAnswerEnded stops the counter's writing of an answer that cannot be
+// recorded further.
+var errAnswerEnded = errors.New("the answer's record ended")
 
 func (f *feedback) setup(index *prefix.Index, prefixes *prefixShare, st *stats, replicas, blockChars int, learning, recording bool) {
 	f.index, f.prefixes, f.stats, f.learning, f.recording = index, prefixes, st, learning, recording
@@ -175,7 +220,8 @@ func (f *feedback) begin(s *stream, h *prefix.Hasher, chain []uint64) {
 	}
 	h.Save(&s.fb.cont)
 	s.fb.recording, s.fb.answerFrom = true, s.fb.cont.Blocks()
-	s.counter.Record(s.kind, &f.answer)
+	s.fb.text.s = s
+	s.counter.Record(s.kind, &s.fb.text)
 }
 
 // dispatching notes, before the dispatch records chain for replica, what
@@ -210,29 +256,10 @@ func (f *feedback) firstToken(s *stream, replica int) {
 	}
 }
 
-// write feeds a streamed chunk to the stream's counter, continuing the
-// answer's chain with the text it writes.
-func (f *feedback) write(s *stream, chunk []byte) {
-	if !s.fb.recording {
-		_, _ = s.counter.Write(chunk)
-		return
-	}
-	from := f.resume(s)
-	_, _ = s.counter.Write(chunk)
-	f.save(s, from)
-}
-
 // reply reads a whole response body into the stream's counter: its usage,
-// and the answer's text into the answer's chain.
+// and the answer's text into the stream's answerText.
 func (f *feedback) reply(s *stream, body []byte) {
-	from := -1
-	if s.fb.recording {
-		from = f.resume(s)
-	}
 	rp := s.counter.Reply(body)
-	if from >= 0 {
-		f.save(s, from)
-	}
 	c := s.counter
 	if rp.HasUsage {
 		c.UsageCompletionTokens, c.HasUsage = rp.Usage.CompletionTokens, true
@@ -242,28 +269,29 @@ func (f *feedback) reply(s *stream, body []byte) {
 	c.ResponseID, c.HasResponseID = rp.ResponseID, rp.HasResponseID
 }
 
-func (f *feedback) resume(s *stream) int {
-	if !f.answer.Resume(&s.fb.cont) {
-		s.fb.recording = false
-		s.counter.Record(s.kind, nil)
-		return -1
-	}
-	return s.fb.cont.Blocks()
-}
-
-func (f *feedback) save(s *stream, from int) {
+// flush continues the stream's answer chain with text, and reports whether
+// its record goes on: not once the chain cannot be resumed or reaches
+// maxAnswerBlocks (the blocks up to the bound are kept).
+func (f *feedback) flush(s *stream, text []byte) bool {
 	fb := &s.fb
-	if from < 0 {
-		return
+	if !fb.recording || len(text) == 0 {
+		return fb.recording
 	}
-	if added := f.answer.Chain()[from:]; len(fb.answer)+len(added) <= maxAnswerBlocks {
-		fb.answer = append(fb.answer, added...)
-	} else {
+	if !f.answer.Resume(&fb.cont) {
 		fb.recording = false
-		s.counter.Record(s.kind, nil)
-		return
+		return false
+	}
+	from := fb.cont.Blocks()
+	_, _ = f.answer.Write(text)
+	added := f.answer.Chain()[from:]
+	room := maxAnswerBlocks - len(fb.answer)
+	fb.answer = append(fb.answer, added[:min(len(added), room)]...)
+	if len(added) >= room {
+		fb.recording = false
+		return false
 	}
 	f.answer.Save(&fb.cont)
+	return true
 }
 
 // responded learns from a response that ended whole from replica: the
@@ -276,8 +304,10 @@ func (f *feedback) responded(s *stream, replica int) {
 	if replica == s.replica {
 		f.correct(s, replica)
 	}
+	f.flush(s, fb.text.buf)
+	fb.text.buf = fb.text.buf[:0]
 	f.record = append(f.record[:0], fb.checkpoints...)
-	if fb.recording && len(fb.answer) > 0 && fb.blocks == fb.answerFrom {
+	if len(fb.answer) > 0 && fb.blocks == fb.answerFrom {
 		f.record = f.index.AppendCheckpointsAt(f.record, fb.answerFrom, fb.answer)
 	}
 	f.prefixes.placed(replica, f.record)

@@ -79,39 +79,57 @@ func words(seed, n int) string {
 // which quotes the first turn's streamed answer, finds the answer cached on
 // the replica that wrote it: the plugin hashed the answer after the
 // prompt's chain, so the hit covers the first turn's prompt and most of
-// its answer, not the prompt alone.
+// its answer, not the prompt alone; also when a new configuration took the
+// worker over while the answer streamed.
 func TestSecondTurnHitsAnswer(t *testing.T) {
-	f := feedbackFleet(t)
-	system, question, answer := words(1, 500), words(2, 200), words(3, 600)
-	turn1 := `{"model":"m","max_tokens":512,"stream":true,"system":"` + system +
-		`","messages":[{"role":"user","content":"` + question + `"}]}`
-	s, first := f.send("/v1/messages", turn1)
-	var events []string
-	events = append(events, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":900,\"output_tokens\":1}}}\n\n",
-		"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n")
-	for i := 0; i < len(answer); i += 40 {
-		events = append(events, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\""+
-			answer[i:min(i+40, len(answer))]+"\"}}\n\n")
-	}
-	events = append(events, "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
-		"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":150}}\n\n",
-		"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
-	f.respond(s, events...)
-	before := f.hitTokens()
+	for _, reconfigure := range []bool{false, true} {
+		t.Run("reconfigured="+strconv.FormatBool(reconfigure), func(t *testing.T) {
+			f := feedbackFleet(t)
+			system, question, answer := words(1, 500), words(2, 200), words(3, 600)
+			turn1 := `{"model":"m","max_tokens":512,"stream":true,"system":"` + system +
+				`","messages":[{"role":"user","content":"` + question + `"}]}`
+			s, first := f.send("/v1/messages", turn1)
+			var events []string
+			events = append(events, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":900,\"output_tokens\":1}}}\n\n",
+				"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n")
+			for i := 0; i < len(answer); i += 40 {
+				events = append(events, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\""+
+					answer[i:min(i+40, len(answer))]+"\"}}\n\n")
+			}
+			events = append(events, "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+				"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":150}}\n\n",
+				"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
+			if _, err := s.ResponseHeaders([][2]string{{":status", "200"}, {"content-type", "text/event-stream"}}, false); err != nil {
+				t.Fatalf("ResponseHeaders = %v", err)
+			}
+			for i, ev := range events {
+				if reconfigure && i == len(events)/2 {
+					f.configure(f.config(`,"decision_header":true`, nil))
+				}
+				if _, err := s.ResponseBody([]byte(ev), i == len(events)-1); err != nil {
+					t.Fatalf("ResponseBody = %v", err)
+				}
+			}
+			if err := s.Done(); err != nil {
+				t.Fatalf("Done = %v", err)
+			}
+			before := f.hitTokens()
 
-	turn2 := `{"model":"m","max_tokens":512,"stream":true,"system":"` + system +
-		`","messages":[{"role":"user","content":"` + question + `"},{"role":"assistant","content":"` + answer +
-		`"},{"role":"user","content":"` + words(4, 50) + `"}]}`
-	s, second := f.send("/v1/messages", turn2)
-	f.respond(s, "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
-	hit := f.hitTokens() - before
-	if second != first {
-		t.Errorf("turn 2 went to %s, turn 1 to %s", second, first)
-	}
-	promptTokens := int64(len(system)+len(question)) / 4
-	answerTokens := int64(len(answer)) / 4
-	if hit < promptTokens+answerTokens*3/4 {
-		t.Errorf("turn 2 hit %d tokens, want at least turn 1's prompt (%d) and most of its answer (%d)", hit, promptTokens, answerTokens)
+			turn2 := `{"model":"m","max_tokens":512,"stream":true,"system":"` + system +
+				`","messages":[{"role":"user","content":"` + question + `"},{"role":"assistant","content":"` + answer +
+				`"},{"role":"user","content":"` + words(4, 50) + `"}]}`
+			s, second := f.send("/v1/messages", turn2)
+			f.respond(s, "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
+			hit := f.hitTokens() - before
+			if second != first {
+				t.Errorf("turn 2 went to %s, turn 1 to %s", second, first)
+			}
+			promptTokens := int64(len(system)+len(question)) / 4
+			answerTokens := int64(len(answer)) / 4
+			if hit < promptTokens+answerTokens*3/4 {
+				t.Errorf("turn 2 hit %d tokens, want at least turn 1's prompt (%d) and most of its answer (%d)", hit, promptTokens, answerTokens)
+			}
+		})
 	}
 }
 

@@ -228,7 +228,7 @@ func (s *stream) OnHttpResponseBody(bodySize int, endOfStream bool) types.Action
 		if err == nil {
 			if s.streaming {
 				before := s.counter.Tokens()
-				s.root.feedback.write(s, chunk)
+				_, _ = s.counter.Write(chunk)
 				if d := s.counter.Tokens() - before; d > 0 {
 					s.root.ledger.Progress(s.flight, int(d))
 				}
