@@ -51,8 +51,9 @@ const (
 // At the response's end the prompt's chain is recorded again, with
 // record_answers the answer's blocks after it (the stream's
 // prefix.Continuation, fed by the answer text the StreamCounter writes into
-// the stream's answerText), as the engine releases them together: the conversation's next turn, which quotes the answer, finds
-// it cached there (TestSecondTurnHitsAnswer). The corrections stay in this
+// the stream's answerText), as the engine releases them together: the
+// conversation's next turn, which quotes the answer, finds it cached there
+// (TestSecondTurnHitsAnswer). The corrections stay in this
 // worker's index: the shared index carries placements, not removals, and a
 // worker's next new base carries what its corrections left.
 type feedback struct {
