@@ -158,6 +158,19 @@ func (f *feedback) setup(index *prefix.Index, prefixes *prefixShare, st *stats, 
 	f.record = make([]uint64, 0, 2*maxStreamCheckpoints)
 }
 
+// adopt takes over, for a new configuration, what from learned of the
+// engines it keeps (engine maps from's replicas to the new ones, -1:
+// none): each one's learned cache size, which bounds its index at once,
+// and settled clock (the index, with its clock, is adopted alike).
+func (f *feedback) adopt(from *feedback, engine []int) {
+	for i, j := range engine {
+		if j >= 0 && j < len(f.learned) && i < len(from.learned) {
+			f.learned[j], f.settled[j] = from.learned[i], from.settled[i]
+			f.apply(j)
+		}
+	}
+}
+
 // capacity sets replica's configured or scraped KV capacity in tokens; the
 // learned one, when there is one, bounds the index instead.
 func (f *feedback) capacity(replica, kvTokens int) {

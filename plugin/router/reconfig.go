@@ -17,7 +17,8 @@ import (
 //
 //   - A kept replica (same name, same address) keeps everything: its
 //     in-flight work, prefix index entries, adapter memory, calibration,
-//     health and scraped figures.
+//     health, scraped figures, sessions and what the engine feedback
+//     learned of its cache.
 //   - A re-addressed replica (same name, new address) is a new engine
 //     process: Kubernetes gives a restarted pod a new IP, and its KV
 //     cache, adapters and health are those of a cold engine. Only its
@@ -147,6 +148,8 @@ func (r *root) adopt(h *handover, now int64) {
 	r.health.adopt(&from.health, h.engine)
 	r.prefixes.adopt(&from.prefixes, h.engine, from.configID == r.configID)
 	r.peers.adopt(&from.peers, h.engine)
+	r.sessions.adopt(&from.sessions, h.engine)
+	r.feedback.adopt(&from.feedback, h.engine)
 	r.scrape.adopt(&from.scrape, h.engine)
 	if !r.members.adopt(&from.members) {
 		// Another role (worker or scraper): from leaves, and this root

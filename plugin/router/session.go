@@ -65,6 +65,26 @@ func (t *sessions) setup() {
 	t.slots, t.clock = nil, 0
 }
 
+// adopt takes from's sessions over for a new configuration (engine maps
+// from's replicas to the same engines in it, -1: none): a session on a
+// replica that is no longer the same engine (removed, or re-addressed: a
+// cold cache, and no stored response to continue) is forgotten
+// (TestSessionAffinity, across a reconfiguration). from keeps none.
+func (t *sessions) adopt(from *sessions, engine []int) {
+	t.slots, t.clock, from.slots = from.slots, from.clock, nil
+	for i := range t.slots {
+		e := &t.slots[i]
+		if e.key == 0 {
+			continue
+		}
+		if r := remap(engine, int(e.replica)); r >= 0 {
+			e.replica = int32(r)
+		} else {
+			*e = sessionEntry{} // find looks at the whole probe window: no tombstone
+		}
+	}
+}
+
 // sessionKey mixes a key's kind, its tenant and its value's hash into a
 // table key (never 0).
 func sessionKey(kind, tenant, h uint64) uint64 {

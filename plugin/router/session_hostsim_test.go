@@ -14,7 +14,8 @@ import (
 // when that replica is busy. A session is named by the configured session
 // header, or by the Responses API's previous_response_id (the id the
 // previous response's stream reported); a session the router never saw
-// gets no affinity.
+// gets no affinity. A new configuration that keeps the replica keeps the
+// session.
 func TestSessionAffinity(t *testing.T) {
 	const header = "x-session-id"
 	chat := func(seed int) string {
@@ -36,9 +37,14 @@ func TestSessionAffinity(t *testing.T) {
 		// busy: the first request's replica reports a long queue (else
 		// two running requests, a little more than the other's none).
 		busy, want bool // want: next goes where first went
+		// reconfigure: a new configuration, keeping both replicas, takes
+		// the worker over between the two requests.
+		reconfigure bool
 	}{
 		{name: "header", path: "/v1/chat/completions", first: chat(1), next: chat(2), done: chatDone,
 			firstHdr: [][2]string{session}, nextHdr: [][2]string{session}, want: true},
+		{name: "header across a reconfiguration", path: "/v1/chat/completions", first: chat(1), next: chat(2), done: chatDone,
+			firstHdr: [][2]string{session}, nextHdr: [][2]string{session}, want: true, reconfigure: true},
 		{name: "header overruled on a busy replica", path: "/v1/chat/completions", first: chat(1), next: chat(2), done: chatDone,
 			firstHdr: [][2]string{session}, nextHdr: [][2]string{session}, busy: true},
 		{name: "another session", path: "/v1/chat/completions", first: chat(1), next: chat(2), done: chatDone,
@@ -47,6 +53,8 @@ func TestSessionAffinity(t *testing.T) {
 			firstHdr: [][2]string{session}},
 		{name: "previous response", path: "/v1/responses", first: responses("", 1), next: responses(`,"previous_response_id":"resp_7"`, 2),
 			done: responsesDone, want: true},
+		{name: "previous response across a reconfiguration", path: "/v1/responses", first: responses("", 1),
+			next: responses(`,"previous_response_id":"resp_7"`, 2), done: responsesDone, want: true, reconfigure: true},
 		{name: "previous response overruled on a busy replica", path: "/v1/responses", first: responses("", 1),
 			next: responses(`,"previous_response_id":"resp_7"`, 2), done: responsesDone, busy: true},
 		{name: "unknown previous response", path: "/v1/responses", first: responses("", 1),
@@ -54,7 +62,8 @@ func TestSessionAffinity(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			f := newTestFleet(t, 1, 2, `,"session_header":"`+header+`"`)
+			extra := `,"session_header":"` + header + `"`
+			f := newTestFleet(t, 1, 2, extra)
 			f.advance(time.Second)
 			s, first := f.sendWith(c.path, c.first, c.firstHdr...)
 			f.respond(s, c.done)
@@ -68,6 +77,9 @@ func TestSessionAffinity(t *testing.T) {
 					r.waiting, r.running, r.kv = 40, 60, 0.9
 				}
 			})
+			if c.reconfigure {
+				f.configure(f.config(extra+`,"decision_header":true`, nil))
+			}
 			f.advance(time.Second)
 			s, next := f.sendWith(c.path, c.next, c.nextHdr...)
 			f.respond(s, c.done)
