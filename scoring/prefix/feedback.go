@@ -7,7 +7,8 @@ package prefix
 // record the blocks an answer added to a chain.
 
 // Clock returns the index's record clock: each Record or RecordCheckpoints
-// advances it by one, and the entries it records carry its value (Stamp).
+// advances it by one, and the entries it records carry its value as their
+// stamp (RecordCheckpointsBefore reports them).
 func (x *Index) Clock() uint32 { return x.clock }
 
 // TokensPerEntry is the prompt an aligned checkpoint stands for: Stride
@@ -25,24 +26,13 @@ func (x *Index) Resident(replica int) int {
 	return int(x.count[replica])
 }
 
-// Stamp returns the clock at which replica's checkpoint chainHash was last
-// recorded, and false when the index does not hold it.
-func (x *Index) Stamp(replica int, chainHash uint64) (uint32, bool) {
-	if replica < 0 || replica >= len(x.count) {
-		return 0, false
-	}
-	i := x.find(uint32(chainHash>>32), uint16(replica+1))
-	if i < 0 {
-		return 0, false
-	}
-	return x.slots[i].stamp, true
-}
-
 // RecordCheckpointsBefore is RecordCheckpoints that also sets stamps[j]
-// and held[j], for each of the first len(stamps) checkpoints, to what Stamp
-// answered before the record: the feedback compares an engine's report
-// with the index as the dispatch found it, and one probe per checkpoint
-// serves both (TestRecordCheckpointsBefore). held is as long as stamps.
+// and held[j], for each of the first len(stamps) checkpoints, to the clock
+// at which replica's entry was last recorded before, and whether it held
+// one (0, false if not): the feedback compares an engine's report with the
+// index as the dispatch found it, and one probe per checkpoint serves both
+// the record and that (TestRecordCheckpointsBefore). held is as long as
+// stamps.
 func (x *Index) RecordCheckpointsBefore(replica int, checkpoints []uint64, stamps []uint32, held []bool) {
 	clear(stamps)
 	clear(held)

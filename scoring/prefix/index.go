@@ -307,8 +307,7 @@ func (x *Index) RecordCheckpoints(replica int, checkpoints []uint64) {
 }
 
 // put inserts or refreshes one checkpoint of replica at the current clock,
-// and returns the stamp it had and whether it was held (Stamp's answer
-// before the put).
+// and returns the stamp it had and whether it was held.
 func (x *Index) put(replica int, chainHash uint64) (before uint32, held bool) {
 	rep := uint16(replica + 1)
 	h := uint32(chainHash >> 32)
