@@ -75,5 +75,11 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.inflight[i]--
 		p.mu.Unlock()
 	}()
+	// The upstream answers once it has the whole body, while the transport
+	// may not have read the body's end yet: without full duplex the
+	// server would discard the rest of the body as the response begins,
+	// under the transport's read, and the transport would drop the
+	// upstream connection mid-response (TestRunThroughProxies, under load).
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	p.backends[i].ServeHTTP(w, r)
 }
