@@ -185,3 +185,53 @@ func TestFeedbackEviction(t *testing.T) {
 		t.Errorf("the prompt computed again hit %d tokens, want about %d", hit, len(evicted)/4)
 	}
 }
+
+// TestWholeResponseInChunks: a whole (not streamed) response that reaches
+// the plugin in several chunks, each passed on, is read as one body at its
+// end, with its usage at the end of the last chunk: the engine's cached
+// tokens are counted as when the body comes in one chunk, also when the
+// end comes as an empty chunk of its own.
+func TestWholeResponseInChunks(t *testing.T) {
+	prompt := words(8, 400)
+	request := `{"model":"m","max_tokens":16,"prompt":"` + prompt + `"}`
+	promptTokens := len(prompt) / 4
+	body := `{"id":"cmpl-1","object":"text_completion","choices":[{"index":0,"text":"` + words(9, 300) +
+		`","finish_reason":"length"}],"usage":{"prompt_tokens":` + strconv.Itoa(promptTokens) +
+		`,"completion_tokens":16,"prompt_tokens_details":{"cached_tokens":` + strconv.Itoa(promptTokens/2) + `}}}`
+	reported := func(chunks int, emptyEnd bool) int64 {
+		f := feedbackFleet(t)
+		s, _ := f.send("/v1/completions", request)
+		if _, err := s.ResponseHeaders([][2]string{{":status", "200"}, {"content-type", "application/json"}}, false); err != nil {
+			t.Fatalf("ResponseHeaders = %v", err)
+		}
+		step := (len(body) + chunks - 1) / chunks
+		for i := 0; i < len(body); i += step {
+			last := i+step >= len(body) && !emptyEnd
+			if _, err := s.ResponseBody([]byte(body[i:min(i+step, len(body))]), last); err != nil {
+				t.Fatalf("ResponseBody = %v", err)
+			}
+		}
+		if emptyEnd {
+			if _, err := s.ResponseBody(nil, true); err != nil {
+				t.Fatalf("ResponseBody(end) = %v", err)
+			}
+		}
+		if err := s.Done(); err != nil {
+			t.Fatalf("Done = %v", err)
+		}
+		f.advance(200 * time.Millisecond)
+		return f.metric(statCacheReported)
+	}
+	whole := reported(1, false)
+	if whole <= 0 {
+		t.Fatalf("one chunk: reported cached tokens %d, want the usage's", whole)
+	}
+	for _, c := range []struct {
+		chunks   int
+		emptyEnd bool
+	}{{3, false}, {7, true}} {
+		if got := reported(c.chunks, c.emptyEnd); got != whole {
+			t.Errorf("%d chunks (empty end %v): reported cached tokens %d, want %d as in one chunk", c.chunks, c.emptyEnd, got, whole)
+		}
+	}
+}

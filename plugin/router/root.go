@@ -21,6 +21,10 @@ const (
 	maxInFlight    = 1 << 14 // concurrent requests one worker accounts for
 	maxChainBytes  = 1 << 20 // prompt characters hashed into the chain
 	maxFreeStreams = 1024
+	// maxReplyBytes bounds the whole (not streamed) response a stream
+	// gathers to read its usage and answer: 1 MiB, an answer of about
+	// 250,000 tokens.
+	maxReplyBytes = 1 << 20
 	// indexStride checkpoints every 16th block of a chain in the prefix
 	// index: the shared index then covers a whole fleet's KV cache in tens
 	// of thousands of entries, and k still resolves to a fraction of a

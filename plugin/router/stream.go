@@ -38,6 +38,11 @@ type stream struct {
 	// rest of the stream would cost every request's context creation.
 	counter *openai.StreamCounter
 	explain []byte
+	// reply gathers a whole (not streamed) response's chunks: Envoy's
+	// buffer holds only the latest once each is passed on, and the body is
+	// read at its end (gatherReply); replyCut marks one past maxReplyBytes.
+	reply    []byte
+	replyCut bool
 	// Passive health: the replica that answered 2xx (-1: none yet) and
 	// whether a drain deadline ended the stream.
 	answeredBy int
@@ -71,6 +76,8 @@ func (s *stream) reset(r *root, id uint32) {
 		counter = new(openai.StreamCounter)
 	}
 	counter.Reset()
+	// reply is not kept: a body in several chunks is a long answer, and
+	// rare; a thousand free streams keeping one would hold megabytes.
 	*s = stream{root: r, id: id, replica: -1, liveAt: -1, counter: counter, explain: explain, answeredBy: -1,
 		askedBand: -1, heldChain: chain, fb: fb, session: streamSession{replica: -1}}
 }
@@ -232,10 +239,12 @@ func (s *stream) OnHttpResponseBody(bodySize int, endOfStream bool) types.Action
 				if d := s.counter.Tokens() - before; d > 0 {
 					s.root.ledger.Progress(s.flight, int(d))
 				}
-			} else if endOfStream {
-				s.root.feedback.reply(s, chunk)
+			} else {
+				s.gatherReply(chunk, endOfStream)
 			}
 		}
+	} else if endOfStream && !s.streaming {
+		s.gatherReply(nil, true)
 	}
 	if endOfStream {
 		s.responseDone = true
@@ -245,6 +254,26 @@ func (s *stream) OnHttpResponseBody(bodySize int, endOfStream bool) types.Action
 		}
 	}
 	return types.ActionContinue
+}
+
+// gatherReply keeps a whole response's chunk and reads the body at its end
+// (feedback.reply): its usage, and the answer to record. A body in one
+// chunk is read where it is; past maxReplyBytes nothing is read
+// (TestWholeResponseInChunks).
+func (s *stream) gatherReply(chunk []byte, end bool) {
+	body := chunk
+	if !end || len(s.reply) > 0 {
+		if len(s.reply)+len(chunk) > maxReplyBytes {
+			s.reply, s.replyCut = s.reply[:0], true
+		}
+		if !s.replyCut {
+			s.reply = append(s.reply, chunk...)
+		}
+		body = s.reply
+	}
+	if end && !s.replyCut && len(body) > 0 {
+		s.root.feedback.reply(s, body)
+	}
 }
 
 // firstToken notes the request's first token at now: its TTFT calibrates
