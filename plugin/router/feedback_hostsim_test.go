@@ -235,3 +235,43 @@ func TestWholeResponseInChunks(t *testing.T) {
 		}
 	}
 }
+
+// TestResponseEndsWithTrailers: a response whose end comes with trailers
+// (its last body chunk not marked as the end) is learned from as one that
+// ended with its body, streamed or whole: the engine's cached tokens are
+// counted.
+func TestResponseEndsWithTrailers(t *testing.T) {
+	prompt := words(10, 400)
+	promptTokens := len(prompt) / 4
+	usage := `"usage":{"prompt_tokens":` + strconv.Itoa(promptTokens) +
+		`,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":` + strconv.Itoa(promptTokens/2) + `}}`
+	for _, c := range []struct {
+		name, request, contentType, body string
+	}{
+		{"streamed", `{"model":"m","max_tokens":16,"stream":true,"prompt":"` + prompt + `"}`, "text/event-stream",
+			"data: {\"choices\":[{\"index\":0,\"text\":\"x\"}]}\n\ndata: {\"choices\":[]," + usage + "}\n\ndata: [DONE]\n\n"},
+		{"whole", `{"model":"m","max_tokens":16,"prompt":"` + prompt + `"}`, "application/json",
+			`{"choices":[{"index":0,"text":"x","finish_reason":"length"}],` + usage + `}`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := feedbackFleet(t)
+			s, _ := f.send("/v1/completions", c.request)
+			if _, err := s.ResponseHeaders([][2]string{{":status", "200"}, {"content-type", c.contentType}}, false); err != nil {
+				t.Fatalf("ResponseHeaders = %v", err)
+			}
+			if _, err := s.ResponseBody([]byte(c.body), false); err != nil {
+				t.Fatalf("ResponseBody = %v", err)
+			}
+			if _, err := s.ResponseTrailers([][2]string{{"x-trailer", "1"}}); err != nil {
+				t.Fatalf("ResponseTrailers = %v", err)
+			}
+			if err := s.Done(); err != nil {
+				t.Fatalf("Done = %v", err)
+			}
+			f.advance(200 * time.Millisecond)
+			if got := f.metric(statCacheReported); got <= 0 {
+				t.Errorf("reported cached tokens %d, want the usage's", got)
+			}
+		})
+	}
+}

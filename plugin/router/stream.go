@@ -230,30 +230,52 @@ func (s *stream) OnHttpResponseBody(bodySize int, endOfStream bool) types.Action
 	if !s.firstByte && bodySize > 0 {
 		s.firstToken(proxy.NowNanos())
 	}
+	var last []byte // a whole response's chunk that ends it
 	if bodySize > 0 {
 		chunk, err := proxy.GetBufferBytes(proxy.BufferTypeHttpResponseBody, 0, uint32(bodySize))
 		if err == nil {
-			if s.streaming {
+			switch {
+			case s.streaming:
 				before := s.counter.Tokens()
 				_, _ = s.counter.Write(chunk)
 				if d := s.counter.Tokens() - before; d > 0 {
 					s.root.ledger.Progress(s.flight, int(d))
 				}
-			} else {
-				s.gatherReply(chunk, endOfStream)
+			case endOfStream:
+				last = chunk
+			default:
+				s.gatherReply(chunk, false)
 			}
 		}
-	} else if endOfStream && !s.streaming {
-		s.gatherReply(nil, true)
 	}
 	if endOfStream {
-		s.responseDone = true
-		if s.answeredBy >= 0 {
-			s.root.feedback.responded(s, s.answeredBy)
-			s.root.sessions.responded(s, s.answeredBy)
-		}
+		s.responseEnded(last)
 	}
 	return types.ActionContinue
+}
+
+// OnHttpResponseTrailers ends a response whose end came with trailers, as
+// a last body chunk would (TestResponseEndsWithTrailers): without it the
+// response would count as cut off.
+func (s *stream) OnHttpResponseTrailers(int) types.Action {
+	if s.flight != 0 && !s.responseDone {
+		s.responseEnded(nil)
+	}
+	return types.ActionContinue
+}
+
+// responseEnded learns from a response that ended whole: a whole body's
+// usage and answer (gatherReply, last its final chunk, if any), then the
+// feedback and the session.
+func (s *stream) responseEnded(last []byte) {
+	if !s.streaming {
+		s.gatherReply(last, true)
+	}
+	s.responseDone = true
+	if s.answeredBy >= 0 {
+		s.root.feedback.responded(s, s.answeredBy)
+		s.root.sessions.responded(s, s.answeredBy)
+	}
 }
 
 // gatherReply keeps a whole response's chunk and reads the body at its end
