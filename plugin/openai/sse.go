@@ -318,11 +318,10 @@ func (c *StreamCounter) fromTemplate(l []byte) bool {
 // chunk starts with when it is "data: " and an event fromTemplate counts,
 // ended by '\n' and at most MaxLineBytes long (a longer one is oversized),
 // the offset in chunk of its text's closing quote and whether the text
-// holds an escape; else 0. Such a line
-// holds no other newline (the template's bytes come from a
-// line, and a JSON string holds no control byte), so it is the line Write
-// would find, without the search for its end, a large part of a token
-// event's cost (BenchmarkStreamCounterEvent).
+// holds an escape; else 0. Such a line holds no other newline (the
+// template's bytes come from a line, and a JSON string holds no control
+// byte), so it is the line Write would find, without the search for its
+// end, a large part of a token event's cost (BenchmarkStreamCounterEvent).
 func (c *StreamCounter) templateEvent(chunk []byte) (n, end int, escaped bool) {
 	const dataPrefix = sseData + " "
 	p, head, tail := len(dataPrefix), c.tmplHead, c.tmplTail

@@ -2,6 +2,7 @@ package router
 
 import (
 	"errors"
+	"slices"
 
 	"github.com/gpuroute/gpuroute/scoring/prefix"
 )
@@ -252,10 +253,8 @@ func (f *feedback) dispatching(s *stream, replica int, chain []uint64, predicted
 	fb.clock, fb.settled = f.index.Clock(), f.settled[replica]
 	fb.blocks = min(len(chain), maxStreamCheckpoints*indexStride)
 	fb.checkpoints = f.index.AppendCheckpoints(fb.checkpoints[:0], chain[:fb.blocks])
-	fb.stamps, fb.held = fb.stamps[:0], fb.held[:0]
-	for range fb.checkpoints {
-		fb.stamps, fb.held = append(fb.stamps, 0), append(fb.held, false)
-	}
+	n := len(fb.checkpoints)
+	fb.stamps, fb.held = slices.Grow(fb.stamps[:0], n)[:n], slices.Grow(fb.held[:0], n)[:n]
 	return fb.stamps, fb.held
 }
 
